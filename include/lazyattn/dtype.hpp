@@ -1,0 +1,131 @@
+// Element types of the KV store: float, IEEE fp16 and bf16 as 16-bit host-safe storage types.
+//
+// `float16` and `bfloat16` are bit-compatible with CUDA's `__half` and `__nv_bfloat16`, so a page
+// written on the host can be copied to the device unchanged. Conversions round to nearest even.
+#pragma once
+
+#include <bit>
+#include <cstdint>
+#include <string_view>
+#include <type_traits>
+
+#include "lazyattn/config.hpp"
+
+namespace lazyattn {
+
+enum class DType : std::uint8_t { kFloat32, kFloat16, kBFloat16 };
+
+constexpr std::string_view to_string(DType t) {
+  switch (t) {
+    case DType::kFloat32: return "float32";
+    case DType::kFloat16: return "float16";
+    case DType::kBFloat16: return "bfloat16";
+  }
+  return "unknown";
+}
+
+constexpr int size_of(DType t) { return t == DType::kFloat32 ? 4 : 2; }
+
+struct float16 {
+  std::uint16_t bits = 0;
+};
+struct bfloat16 {
+  std::uint16_t bits = 0;
+};
+
+namespace detail {
+
+constexpr std::uint16_t float_to_bf16_bits(float f) {
+  std::uint32_t u = std::bit_cast<std::uint32_t>(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<std::uint16_t>((u >> 16) | 0x40u);  // quiet NaN
+  std::uint32_t rounding = 0x7fffu + ((u >> 16) & 1u);
+  return static_cast<std::uint16_t>((u + rounding) >> 16);
+}
+
+constexpr float bf16_bits_to_float(std::uint16_t b) {
+  return std::bit_cast<float>(static_cast<std::uint32_t>(b) << 16);
+}
+
+constexpr std::uint16_t float_to_fp16_bits(float f) {
+  std::uint32_t u = std::bit_cast<std::uint32_t>(f);
+  std::uint32_t sign = (u >> 16) & 0x8000u;
+  std::uint32_t abs = u & 0x7fffffffu;
+  if (abs > 0x7f800000u) return static_cast<std::uint16_t>(sign | 0x7e00u);  // NaN
+  if (abs >= 0x477ff000u) return static_cast<std::uint16_t>(sign | 0x7c00u);  // rounds to inf
+  if (abs >= 0x38800000u) {  // normal half: rebias exponent 127 -> 15, round the 13 dropped bits
+    std::uint32_t m = abs - 0x38000000u;
+    m += 0x0fffu + ((m >> 13) & 1u);
+    return static_cast<std::uint16_t>(sign | (m >> 13));
+  }
+  if (abs < 0x33000000u) return static_cast<std::uint16_t>(sign);  // below half the smallest subnormal
+  // Subnormal half: shift the full mantissa (with its hidden bit) and round to nearest even.
+  std::uint32_t exp = abs >> 23;
+  std::uint32_t mant = (abs & 0x7fffffu) | 0x800000u;
+  std::uint32_t shift = 126u - exp;  // 14..24
+  std::uint32_t half = mant >> shift;
+  std::uint32_t rem = mant & ((1u << shift) - 1u);
+  std::uint32_t mid = 1u << (shift - 1u);
+  if (rem > mid || (rem == mid && (half & 1u))) ++half;
+  return static_cast<std::uint16_t>(sign | half);
+}
+
+constexpr float fp16_bits_to_float(std::uint16_t h) {
+  std::uint32_t sign = static_cast<std::uint32_t>(h & 0x8000u) << 16;
+  std::uint32_t exp = (h >> 10) & 0x1fu;
+  std::uint32_t mant = h & 0x3ffu;
+  if (exp == 0x1fu) return std::bit_cast<float>(sign | 0x7f800000u | (mant << 13));
+  if (exp == 0) {
+    if (mant == 0) return std::bit_cast<float>(sign);
+    float v = static_cast<float>(mant) * (1.0f / 16777216.0f);  // mant * 2^-24
+    return sign ? -v : v;
+  }
+  return std::bit_cast<float>(sign | ((exp + 112u) << 23) | (mant << 13));
+}
+
+}  // namespace detail
+
+constexpr float to_float(float x) { return x; }
+constexpr float to_float(float16 x) { return detail::fp16_bits_to_float(x.bits); }
+constexpr float to_float(bfloat16 x) { return detail::bf16_bits_to_float(x.bits); }
+
+template <class T>
+constexpr T from_float(float x) {
+  if constexpr (std::is_same_v<T, float>) {
+    return x;
+  } else if constexpr (std::is_same_v<T, float16>) {
+    return float16{detail::float_to_fp16_bits(x)};
+  } else {
+    static_assert(std::is_same_v<T, bfloat16>, "from_float: T must be float, float16 or bfloat16");
+    return bfloat16{detail::float_to_bf16_bits(x)};
+  }
+}
+
+// Round a float through T and back: what storing it in T does to the value.
+template <class T>
+constexpr float round_to(float x) {
+  return to_float(from_float<T>(x));
+}
+
+template <class T>
+concept StorageElement =
+    std::is_same_v<T, float> || std::is_same_v<T, float16> || std::is_same_v<T, bfloat16>;
+
+template <StorageElement T>
+constexpr DType dtype_of() {
+  if constexpr (std::is_same_v<T, float>) return DType::kFloat32;
+  if constexpr (std::is_same_v<T, float16>) return DType::kFloat16;
+  return DType::kBFloat16;
+}
+
+// Calls f(T{}) with T the element type named by `t`: the one place a runtime DType becomes a type.
+template <class F>
+decltype(auto) dispatch_dtype(DType t, F&& f) {
+  switch (t) {
+    case DType::kFloat16: return f(float16{});
+    case DType::kBFloat16: return f(bfloat16{});
+    case DType::kFloat32: break;
+  }
+  return f(float{});
+}
+
+}  // namespace lazyattn

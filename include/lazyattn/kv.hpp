@@ -1,0 +1,8 @@
+// Umbrella header for the position-free KV store: keys, handles, the store, layouts and plans.
+#pragma once
+
+#include "lazyattn/kv/doc_key.hpp"
+#include "lazyattn/kv/layout.hpp"
+#include "lazyattn/kv/plan.hpp"
+#include "lazyattn/kv/store.hpp"
+#include "lazyattn/kv/types.hpp"

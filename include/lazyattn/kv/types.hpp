@@ -1,0 +1,81 @@
+// Plain types of the paged KV store: its configuration, handles, statistics, and the geometry of
+// the page pool that kernels index with.
+#pragma once
+
+#include <cstdint>
+#include <ostream>
+
+#include "lazyattn/config.hpp"
+#include "lazyattn/dtype.hpp"
+#include "lazyattn/rope/types.hpp"
+
+namespace lazyattn {
+
+struct KvStoreConfig {
+  int num_layers = 1;
+  int num_kv_heads = 8;
+  int head_dim = 128;
+  int page_size = 16;              // tokens per page
+  DType dtype = DType::kBFloat16;  // element type of K and V
+  std::int64_t num_pages = 1024;   // the page budget: every document and tail page comes from it
+};
+
+// A document's place in the store. `generation` changes whenever the slot is reused, so a handle
+// kept past its document's eviction is detected as stale instead of reading another document.
+struct DocHandle {
+  std::uint32_t slot = 0xffffffffu;
+  std::uint32_t generation = 0;
+  friend bool operator==(const DocHandle&, const DocHandle&) = default;
+};
+
+// A request's private tail (its question and generated tokens).
+struct TailHandle {
+  std::uint32_t slot = 0xffffffffu;
+  std::uint32_t generation = 0;
+  friend bool operator==(const TailHandle&, const TailHandle&) = default;
+};
+
+inline std::ostream& operator<<(std::ostream& os, DocHandle h) {
+  return os << "doc(slot " << h.slot << ", generation " << h.generation << ")";
+}
+inline std::ostream& operator<<(std::ostream& os, TailHandle h) {
+  return os << "tail(slot " << h.slot << ", generation " << h.generation << ")";
+}
+
+struct KvStoreStats {
+  std::int64_t hits = 0;       // find() calls that found the document
+  std::int64_t misses = 0;     // find() calls that did not
+  std::int64_t inserts = 0;    // documents stored
+  std::int64_t dedupes = 0;    // insert() calls whose key was already stored (nothing copied)
+  std::int64_t evictions = 0;  // documents evicted to make room
+  std::int64_t documents = 0;  // documents held now
+  std::int64_t pinned_documents = 0;
+  std::int64_t tails = 0;
+  std::int64_t pages_total = 0;
+  std::int64_t pages_in_use = 0;
+  std::int64_t bytes_in_use = 0;  // K and V, all layers
+};
+
+// Where element (layer, page, head, slot, dim) lives in a K or V pool laid out as
+// [num_layers, num_pages, num_kv_heads, page_size, head_dim] (one head's page is contiguous:
+// page_size * head_dim elements, 4 KiB for bf16 at 16 x 128). Offsets count elements.
+struct PoolGeometry {
+  int num_layers = 0;
+  int num_kv_heads = 0;
+  int head_dim = 0;
+  int page_size = 0;
+  std::int64_t num_pages = 0;
+
+  LAZYATTN_HOST_DEVICE std::int64_t head_stride() const {
+    return static_cast<std::int64_t>(page_size) * head_dim;
+  }
+  LAZYATTN_HOST_DEVICE std::int64_t page_stride() const { return head_stride() * num_kv_heads; }
+  LAZYATTN_HOST_DEVICE std::int64_t layer_stride() const { return page_stride() * num_pages; }
+  LAZYATTN_HOST_DEVICE std::int64_t elements() const { return layer_stride() * num_layers; }
+  LAZYATTN_HOST_DEVICE std::int64_t offset(int layer, std::int64_t page, int head, int slot) const {
+    return layer * layer_stride() + page * page_stride() + head * head_stride() +
+           static_cast<std::int64_t>(slot) * head_dim;
+  }
+};
+
+}  // namespace lazyattn

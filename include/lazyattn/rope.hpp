@@ -1,0 +1,9 @@
+// Umbrella header for RoPE: layouts, schedules, frequencies, exact angles, rotations, policies.
+#pragma once
+
+#include "lazyattn/rope/angle.hpp"
+#include "lazyattn/rope/config.hpp"
+#include "lazyattn/rope/frequencies.hpp"
+#include "lazyattn/rope/policy.hpp"
+#include "lazyattn/rope/rotate.hpp"
+#include "lazyattn/rope/types.hpp"

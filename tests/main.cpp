@@ -1,0 +1,16 @@
+// Catch2 runner for lazyattn's tests, with the suite's own options:
+//   --store-ops N   operations in the randomized store model test (default 100000)
+#define CATCH_CONFIG_RUNNER
+#include <catch2/catch.hpp>
+
+#include "support/options.hpp"
+
+int main(int argc, char* argv[]) {
+  Catch::Session session;
+  using namespace Catch::clara;
+  auto cli = session.cli() | Opt(lazyattn::test::options().store_ops, "count")["--store-ops"](
+                                 "operations in the randomized store model test");
+  session.cli(cli);
+  if (int rc = session.applyCommandLine(argc, argv); rc != 0) return rc;
+  return session.run();
+}
