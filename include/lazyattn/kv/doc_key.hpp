@@ -20,10 +20,12 @@ struct DocKey {
   // FNV-1a, 128-bit variant, over the little-endian bytes of each token id, then the count, so
   // that a sequence and its zero-padded extension differ. Stable across runs and machines.
   static DocKey from_tokens(std::span<const std::int32_t> tokens) {
-    unsigned __int128 h = (static_cast<unsigned __int128>(0x6c62272e07bb0142ull) << 64) |
-                          0x62b821756295c58dull;  // FNV-128 offset basis
-    const unsigned __int128 prime = (static_cast<unsigned __int128>(0x0000000001000000ull) << 64) |
-                                    0x000000000000013bull;  // FNV-128 prime
+    // __extension__ keeps -Wpedantic quiet about the (GCC and Clang) 128-bit integer.
+    __extension__ typedef unsigned __int128 u128;
+    u128 h = (static_cast<u128>(0x6c62272e07bb0142ull) << 64) |
+             0x62b821756295c58dull;  // FNV-128 offset basis
+    const u128 prime = (static_cast<u128>(0x0000000001000000ull) << 64) |
+                       0x000000000000013bull;  // FNV-128 prime, 2^88 + 0x13b
     auto mix = [&](std::uint64_t word, int bytes) {
       for (int i = 0; i < bytes; ++i) {
         h ^= static_cast<unsigned char>(word >> (8 * i));

@@ -2,15 +2,20 @@
 // a length and a logical start), and helpers for the layouts DESIGN.md section 2 names.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <ostream>
 #include <span>
+#include <string_view>
 #include <vector>
 
 #include "lazyattn/error.hpp"
 #include "lazyattn/kv/store.hpp"
 
 namespace lazyattn {
+
+// Positions stay below 2^62, so that any difference of two positions fits in int64.
+inline constexpr std::int64_t kMaxPosition = std::int64_t{1} << 62;
 
 enum class SegmentKind : std::uint8_t { kDocument, kTail };
 
@@ -63,21 +68,51 @@ inline std::ostream& operator<<(std::ostream& os, const RequestLayout& r) {
 }
 
 namespace layouts {
+namespace detail {
+
+// A document's or tail's length, with the helper's name and the item's place prefixed to the
+// store's message when the handle is stale.
+inline std::int64_t length_of(const KvStore& store, DocHandle h, const char* where,
+                              std::size_t j) {
+  try {
+    return store.info(h).length;
+  } catch (const Error& e) {
+    ::lazyattn::detail::throw_error(where, ": document ", j, ": ", e.what());
+  }
+}
+inline std::int64_t length_of(const KvStore& store, TailHandle h, const char* where) {
+  try {
+    return store.info(h).length;
+  } catch (const Error& e) {
+    ::lazyattn::detail::throw_error(where, ": tail: ", e.what());
+  }
+}
+inline void check_start(std::int64_t start, const char* where, const char* name) {
+  LAZYATTN_CHECK(start >= 0 && start < kMaxPosition, where, ": ", name, " ", start,
+                 ", expected in [0, 2^62)");
+}
+
+}  // namespace detail
 
 // Block-Attention: documents back to back from `first_start`, then the tail. Lengths come from the
-// store; start_j is first_start plus the lengths before j.
+// store; start_j is first_start plus the lengths before j. Positions past 2^62 are make_plan's
+// to refuse; a start here is checked so that the running sum cannot overflow.
 inline RequestLayout back_to_back(const KvStore& store, std::span<const DocHandle> docs,
                                   TailHandle tail, std::int64_t num_queries = 1,
                                   std::int64_t first_start = 0) {
+  constexpr const char* w = "layouts::back_to_back";
+  detail::check_start(first_start, w, "first_start");
   RequestLayout r;
   r.num_queries = num_queries;
   std::int64_t pos = first_start;
-  for (DocHandle d : docs) {
-    std::int64_t len = store.info(d).length;
-    r.segments.push_back(Segment::document(d, len, pos));
+  for (std::size_t j = 0; j < docs.size(); ++j) {
+    std::int64_t len = detail::length_of(store, docs[j], w, j);
+    r.segments.push_back(Segment::document(docs[j], len, pos));
     pos += len;
+    LAZYATTN_CHECK(pos <= kMaxPosition, w, ": document ", j, " ends at position ", pos,
+                   ", expected at most 2^62");
   }
-  r.segments.push_back(Segment::of_tail(tail, store.info(tail).length, pos));
+  r.segments.push_back(Segment::of_tail(tail, detail::length_of(store, tail, w), pos));
   return r;
 }
 
@@ -85,15 +120,18 @@ inline RequestLayout back_to_back(const KvStore& store, std::span<const DocHandl
 inline RequestLayout parallel(const KvStore& store, std::span<const DocHandle> docs,
                               TailHandle tail, std::int64_t num_queries = 1,
                               std::int64_t start = 0) {
+  constexpr const char* w = "layouts::parallel";
+  detail::check_start(start, w, "start");
   RequestLayout r;
   r.num_queries = num_queries;
   std::int64_t longest = 0;
-  for (DocHandle d : docs) {
-    std::int64_t len = store.info(d).length;
-    r.segments.push_back(Segment::document(d, len, start));
+  for (std::size_t j = 0; j < docs.size(); ++j) {
+    std::int64_t len = detail::length_of(store, docs[j], w, j);
+    r.segments.push_back(Segment::document(docs[j], len, start));
     longest = std::max(longest, len);
   }
-  r.segments.push_back(Segment::of_tail(tail, store.info(tail).length, start + longest));
+  r.segments.push_back(
+      Segment::of_tail(tail, detail::length_of(store, tail, w), start + longest));
   return r;
 }
 
@@ -101,14 +139,16 @@ inline RequestLayout parallel(const KvStore& store, std::span<const DocHandle> d
 inline RequestLayout gapped(const KvStore& store, std::span<const DocHandle> docs,
                             std::span<const std::int64_t> starts, TailHandle tail,
                             std::int64_t tail_start, std::int64_t num_queries = 1) {
-  LAZYATTN_CHECK(docs.size() == starts.size(), "layouts::gapped: ", docs.size(),
-                 " documents and ", starts.size(), " starts, expected one start per document");
+  constexpr const char* w = "layouts::gapped";
+  LAZYATTN_CHECK(docs.size() == starts.size(), w, ": ", docs.size(), " documents and ",
+                 starts.size(), " starts, expected one start per document");
   RequestLayout r;
   r.num_queries = num_queries;
   for (std::size_t j = 0; j < docs.size(); ++j) {
-    r.segments.push_back(Segment::document(docs[j], store.info(docs[j]).length, starts[j]));
+    r.segments.push_back(
+        Segment::document(docs[j], detail::length_of(store, docs[j], w, j), starts[j]));
   }
-  r.segments.push_back(Segment::of_tail(tail, store.info(tail).length, tail_start));
+  r.segments.push_back(Segment::of_tail(tail, detail::length_of(store, tail, w), tail_start));
   return r;
 }
 

@@ -10,9 +10,11 @@
 //              tail_length - num_queries + r, at position query_position[b] + r
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <limits>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "lazyattn/error.hpp"
@@ -21,8 +23,7 @@
 
 namespace lazyattn {
 
-// Positions stay below 2^62, so that any difference of two positions fits in int64.
-inline constexpr std::int64_t kMaxPosition = std::int64_t{1} << 62;
+// kMaxPosition (layout.hpp): positions stay below 2^62, so any difference of two fits in int64.
 
 // Non-owning view of a plan; pointers all in one memory space (host here, device once uploaded).
 struct PlanView {
@@ -35,7 +36,7 @@ struct PlanView {
   const std::int32_t* request_tail_segment = nullptr;    // [num_requests] global segment index
   const std::int64_t* request_kv_length = nullptr;       // [num_requests] keys over all segments
   const std::int64_t* request_query_position = nullptr;  // [num_requests] position of query 0
-  const std::int64_t* request_rope_length = nullptr;     // [num_requests] 1 + largest position
+  const std::int64_t* request_rope_length = nullptr;     // [num_requests] 1 + largest key position
   const std::int32_t* segment_page_indptr = nullptr;     // [num_segments + 1]
   const std::int32_t* segment_length = nullptr;          // [num_segments]
   const std::int64_t* segment_start = nullptr;           // [num_segments] logical start
@@ -88,13 +89,30 @@ struct Plan {
   }
 };
 
+namespace detail {
+
+// The store's view of a segment's document or tail; a stale handle's message gains the place.
+template <class Handle>
+auto plan_info(const KvStore& store, Handle h, std::size_t b, std::size_t j) {
+  try {
+    return store.info(h);
+  } catch (const Error& e) {
+    throw_error("make_plan: request ", b, " segment ", j, ": ", e.what());
+  }
+}
+
+}  // namespace detail
+
 // Flattens a batch of layouts against the store. Checks every handle is live (and committed),
 // every segment fits its pages, each request has exactly one tail holding its queries, and all
 // positions stay in [0, kMaxPosition). Pins nothing: the caller keeps its documents pinned while
-// the plan is in use.
+// the plan is in use. request_rope_length counts only positions that hold a key, so an empty
+// segment placed far away does not inflate it.
 inline Plan make_plan(const KvStore& store, std::span<const RequestLayout> requests) {
   constexpr const char* w = "make_plan";
   constexpr auto kMaxI32 = std::numeric_limits<std::int32_t>::max();
+  LAZYATTN_CHECK(requests.size() < static_cast<std::size_t>(kMaxI32), w, ": ", requests.size(),
+                 " requests, expected fewer than 2^31 - 1");
   Plan plan;
   plan.page_size = store.config().page_size;
   std::int64_t total_queries = 0;
@@ -106,15 +124,20 @@ inline Plan make_plan(const KvStore& store, std::span<const RequestLayout> reque
     std::int64_t query_position = 0;
     for (std::size_t j = 0; j < r.segments.size(); ++j) {
       const Segment& s = r.segments[j];
+      LAZYATTN_CHECK(s.kind == SegmentKind::kDocument || s.kind == SegmentKind::kTail, w,
+                     ": request ", b, " segment ", j, " kind ", static_cast<int>(s.kind),
+                     ", expected document (0) or tail (1)");
       LAZYATTN_CHECK(s.start >= 0 && s.start < kMaxPosition, w, ": request ", b, " segment ", j,
                      " start ", s.start, ", expected in [0, 2^62)");
-      LAZYATTN_CHECK(s.length >= 0 && s.length <= kMaxPosition - s.start, w, ": request ", b,
-                     " segment ", j, " start ", s.start, " + length ", s.length,
+      LAZYATTN_CHECK(s.length >= 0, w, ": request ", b, " segment ", j, " length ", s.length,
+                     ", expected >= 0");
+      LAZYATTN_CHECK(s.length <= kMaxPosition - s.start, w, ": request ", b, " segment ", j,
+                     " start ", s.start, " + length ", s.length,
                      " overflows the position range [0, 2^62)");
       std::vector<std::int32_t> pages;
       StorageForm form;
       if (s.kind == SegmentKind::kDocument) {
-        DocInfo d = store.info(s.doc);
+        DocInfo d = detail::plan_info(store, s.doc, b, j);
         LAZYATTN_CHECK(d.committed, w, ": request ", b, " segment ", j, " ", s.doc,
                        " was allocated but not committed");
         LAZYATTN_CHECK(s.length <= d.length, w, ": request ", b, " segment ", j, " length ",
@@ -124,7 +147,7 @@ inline Plan make_plan(const KvStore& store, std::span<const RequestLayout> reque
       } else {
         LAZYATTN_CHECK(tail_index < 0, w, ": request ", b, " has a second tail at segment ", j,
                        ", expected exactly one tail");
-        TailInfo t = store.info(s.tail);
+        TailInfo t = detail::plan_info(store, s.tail, b, j);
         LAZYATTN_CHECK(s.length == t.length, w, ": request ", b, " tail segment ", j, " length ",
                        s.length, ", expected the tail's length ", t.length);
         LAZYATTN_CHECK(r.num_queries >= 1 && r.num_queries <= t.length, w, ": request ", b,
@@ -138,6 +161,8 @@ inline Plan make_plan(const KvStore& store, std::span<const RequestLayout> reque
       pages.resize(static_cast<std::size_t>(store.pages_for(s.length)));
       LAZYATTN_CHECK(static_cast<std::int64_t>(plan.page_ids.size() + pages.size()) <= kMaxI32, w,
                      ": more than 2^31 - 1 pages in one plan");
+      LAZYATTN_CHECK(plan.segment_length.size() < static_cast<std::size_t>(kMaxI32), w,
+                     ": more than 2^31 - 1 segments in one plan");
       plan.page_ids.insert(plan.page_ids.end(), pages.begin(), pages.end());
       plan.segment_page_indptr.push_back(static_cast<std::int32_t>(plan.page_ids.size()));
       plan.segment_length.push_back(static_cast<std::int32_t>(s.length));
@@ -145,9 +170,7 @@ inline Plan make_plan(const KvStore& store, std::span<const RequestLayout> reque
       plan.segment_form.push_back(static_cast<std::uint8_t>(form));
       plan.segment_kind.push_back(static_cast<std::uint8_t>(s.kind));
       kv_length += s.length;
-      rope_length = std::max(rope_length, s.start + s.length);
-      LAZYATTN_CHECK(plan.segment_length.size() < static_cast<std::size_t>(kMaxI32), w,
-                     ": more than 2^31 - 1 segments in one plan");
+      if (s.length > 0) rope_length = std::max(rope_length, s.start + s.length);
     }
     LAZYATTN_CHECK(tail_index >= 0, w, ": request ", b, " has no tail segment, expected one");
     total_queries += r.num_queries;

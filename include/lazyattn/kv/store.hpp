@@ -2,10 +2,18 @@
 // or local form, and shared by every request that places them, at any position; requests append
 // their own tokens to private tails. Host memory; a device mirror reuses the same page ids.
 //
-// Thread safety: every member function takes one internal mutex, so any mix of calls from several
-// threads is safe. Page contents are written only while a page is being filled (insert, append,
-// or by the caller between allocate and commit), so a thread may read the pages of a document it
-// has pinned, through the pool pointers, without holding anything.
+// Thread safety: every member function that reads or changes the bookkeeping takes one internal
+// mutex, so any mix of calls from several threads is safe; config(), geometry(), page_bytes(),
+// pages_for() and the pool pointers read only what the constructor fixed and take nothing. Page
+// contents are written only while a page is being filled (insert and append, under the mutex, or
+// the caller between allocate and commit), and a pinned document's pages are never reused, so a
+// thread may read the pages of a committed document it has pinned (or of its own tail) through
+// the pool pointers without holding anything: the pin, taken under the mutex, orders the read
+// after the write.
+//
+// Eviction: least recently used first among unpinned documents. A document is "used" when it is
+// inserted or allocated (also as a dedupe), found, pinned or unpinned, so a document a request
+// held until just now counts as recent, not as old as the call that first pinned it.
 #pragma once
 
 #include <algorithm>
@@ -13,10 +21,14 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <mutex>
+#include <new>
 #include <optional>
+#include <ranges>
 #include <set>
 #include <span>
+#include <type_traits>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -40,7 +52,7 @@ struct DocInfo {
 struct TailInfo {
   StorageForm form = StorageForm::kLocal;
   std::int64_t length = 0;
-  std::vector<std::int32_t> pages;
+  std::vector<std::int32_t> pages;  // [ceil(length / page_size)]
 };
 
 struct InsertResult {
@@ -48,8 +60,18 @@ struct InsertResult {
   bool inserted = false;  // false: the key was already stored and nothing was copied
 };
 
+// A contiguous range of float, float16 or bfloat16 (std::vector, std::array, std::span...), what
+// insert() and append() accept besides std::span<const T>.
+template <class R>
+concept StorageRange = std::ranges::contiguous_range<R> && std::ranges::sized_range<R> &&
+                       StorageElement<std::remove_cv_t<std::ranges::range_value_t<R>>>;
+
 class KvStore {
  public:
+  // The K and V pools start on a cache line, so a page's head (page_size * head_dim elements)
+  // never straddles one needlessly and vector loads may assume the alignment.
+  static constexpr std::size_t kPoolAlignment = 64;
+
   explicit KvStore(const KvStoreConfig& config) : config_(config) {
     const char* w = "KvStore";
     LAZYATTN_CHECK(config.num_layers >= 1, w, ": num_layers ", config.num_layers,
@@ -63,12 +85,26 @@ class KvStore {
                    w, ": page_size ", config.page_size, ", expected a power of two in [1, 1024]");
     LAZYATTN_CHECK(config.num_pages >= 1 && config.num_pages <= std::numeric_limits<int>::max(), w,
                    ": num_pages ", config.num_pages, ", expected in [1, 2^31 - 1]");
+    LAZYATTN_CHECK(config.dtype == DType::kFloat32 || config.dtype == DType::kFloat16 ||
+                       config.dtype == DType::kBFloat16,
+                   w, ": dtype ", static_cast<int>(config.dtype),
+                   ", expected float32, float16 or bfloat16");
     geometry_ = PoolGeometry{config.num_layers, config.num_kv_heads, config.head_dim,
                              config.page_size, config.num_pages};
-    std::size_t bytes =
-        static_cast<std::size_t>(geometry_.elements()) * static_cast<std::size_t>(size_of(config.dtype));
-    k_.assign(bytes, std::byte{0});
-    v_.assign(bytes, std::byte{0});
+    // The product is checked factor by factor: an overflow here would size the pools too small
+    // and every later offset would run past them.
+    std::int64_t bytes = 1;
+    for (std::int64_t f : {std::int64_t{config.num_layers}, config.num_pages,
+                           std::int64_t{config.num_kv_heads}, std::int64_t{config.page_size},
+                           std::int64_t{config.head_dim}, std::int64_t{size_of(config.dtype)}}) {
+      LAZYATTN_CHECK(!__builtin_mul_overflow(bytes, f, &bytes), w, ": a pool of num_layers ",
+                     config.num_layers, " x num_pages ", config.num_pages, " x num_kv_heads ",
+                     config.num_kv_heads, " x page_size ", config.page_size, " x head_dim ",
+                     config.head_dim, " x ", size_of(config.dtype),
+                     " bytes overflows int64, expected fewer pages");
+    }
+    k_ = allocate_pool(static_cast<std::size_t>(bytes), config);
+    v_ = allocate_pool(static_cast<std::size_t>(bytes), config);
     page_owner_.assign(static_cast<std::size_t>(config.num_pages), kFree);
     free_pages_.reserve(static_cast<std::size_t>(config.num_pages));
     // Hand out low page ids first: reversed, so pop_back() yields 0, 1, 2, ...
@@ -85,26 +121,32 @@ class KvStore {
   std::int64_t page_bytes() const {
     return 2 * geometry_.page_stride() * geometry_.num_layers * size_of(config_.dtype);
   }
+  // Pages that `length` tokens occupy: ceil(length / page_size).
   std::int64_t pages_for(std::int64_t length) const {
-    return (length + config_.page_size - 1) / config_.page_size;
+    LAZYATTN_CHECK(length >= 0, "KvStore::pages_for: length ", length, ", expected >= 0");
+    return length / config_.page_size + (length % config_.page_size != 0 ? 1 : 0);
   }
 
   // ---- documents ------------------------------------------------------------------------------
 
   // The document stored under (key, form), if any; counts a hit or a miss. With pin, the returned
-  // document is pinned before the lock is dropped, so it cannot be evicted in between.
+  // document is pinned before the lock is dropped, so it cannot be evicted in between. A document
+  // that was allocate()d but not yet committed is found too: check info().committed.
   std::optional<DocHandle> find(const DocKey& key, StorageForm form, bool pin = false) {
+    check_form("KvStore::find", form);
     std::lock_guard lock(mu_);
     auto it = index_.find(IndexKey{key, form});
     if (it == index_.end()) {
       ++stats_.misses;
       return std::nullopt;
     }
-    ++stats_.hits;
     Doc& d = docs_[it->second];
-    if (pin) pin_locked(it->second, d);
-    touch_locked(it->second, d);
-    return DocHandle{it->second, d.generation};
+    DocHandle h{it->second, d.generation};
+    if (pin) check_pinnable(h, d, "KvStore::find");
+    ++stats_.hits;
+    if (pin) pin_locked(h.slot, d);
+    touch_locked(h.slot, d);
+    return h;
   }
 
   // Stores a document's K and V, each [num_layers, length, num_kv_heads, head_dim], converting to
@@ -115,7 +157,8 @@ class KvStore {
   template <StorageElement T>
   InsertResult insert(const DocKey& key, StorageForm form, std::int64_t length,
                       std::span<const T> k, std::span<const T> v, bool pin = false) {
-    check_tokens("KvStore::insert", length, k.size(), v.size());
+    check_form("KvStore::insert", form);
+    check_tokens("KvStore::insert", "length", length, k.size(), v.size());
     std::lock_guard lock(mu_);
     InsertResult r = allocate_locked(key, form, length, pin, "KvStore::insert");
     if (!r.inserted) return r;
@@ -124,12 +167,22 @@ class KvStore {
     d.committed = true;
     return r;
   }
+  template <StorageRange RK, StorageRange RV>
+  InsertResult insert(const DocKey& key, StorageForm form, std::int64_t length, const RK& k,
+                      const RV& v, bool pin = false) {
+    using T = std::remove_cv_t<std::ranges::range_value_t<RK>>;
+    static_assert(std::is_same_v<T, std::remove_cv_t<std::ranges::range_value_t<RV>>>,
+                  "KvStore::insert: k and v must hold the same element type");
+    return insert(key, form, length, std::span<const T>(std::ranges::data(k), std::ranges::size(k)),
+                  std::span<const T>(std::ranges::data(v), std::ranges::size(v)), pin);
+  }
 
   // Reserves pages for a document whose K/V the caller writes itself (a device kernel, say) and
   // returns it pinned. Until commit(), plans refuse it. An existing (key, form) is returned as in
   // insert(), pinned, with inserted = false.
   InsertResult allocate(const DocKey& key, StorageForm form, std::int64_t length) {
-    check_length("KvStore::allocate", length);
+    check_form("KvStore::allocate", form);
+    check_document_length("KvStore::allocate", length);
     std::lock_guard lock(mu_);
     return allocate_locked(key, form, length, true, "KvStore::allocate");
   }
@@ -142,6 +195,7 @@ class KvStore {
   void pin(DocHandle h) {
     std::lock_guard lock(mu_);
     Doc& d = doc_locked(h, "KvStore::pin");
+    check_pinnable(h, d, "KvStore::pin");
     pin_locked(h.slot, d);
     touch_locked(h.slot, d);
   }
@@ -152,7 +206,11 @@ class KvStore {
     LAZYATTN_CHECK(d.pins > 0, "KvStore::unpin: ", h, " has pin count 0, expected > 0");
     if (--d.pins == 0) {
       --stats_.pinned_documents;
+      unpinned_pages_ += static_cast<std::int64_t>(d.pages.size());
+      d.last_use = ++clock_;
       lru_.insert({d.last_use, h.slot});
+    } else {
+      d.last_use = ++clock_;
     }
   }
 
@@ -179,14 +237,15 @@ class KvStore {
   // ---- tails ----------------------------------------------------------------------------------
 
   TailHandle create_tail(StorageForm form = StorageForm::kLocal) {
+    check_form("KvStore::create_tail", form);
     std::lock_guard lock(mu_);
     std::uint32_t slot;
     if (!free_tail_slots_.empty()) {
       slot = free_tail_slots_.back();
       free_tail_slots_.pop_back();
     } else {
-      LAZYATTN_CHECK(tails_.size() < kMaxSlots, "KvStore::create_tail: ", tails_.size(),
-                     " tails exist, expected fewer than ", kMaxSlots);
+      LAZYATTN_CHECK(tails_.size() < kMaxTailSlots, "KvStore::create_tail: ", tails_.size(),
+                     " tail slots exist, expected fewer than ", kMaxTailSlots);
       slot = static_cast<std::uint32_t>(tails_.size());
       tails_.emplace_back();
     }
@@ -203,16 +262,24 @@ class KvStore {
   // come from the free list, evicting unpinned documents if needed; on failure nothing changes.
   template <StorageElement T>
   void append(TailHandle h, std::int64_t n, std::span<const T> k, std::span<const T> v) {
-    check_tokens("KvStore::append", n, k.size(), v.size());
+    check_tokens("KvStore::append", "n", n, k.size(), v.size());
     std::lock_guard lock(mu_);
     std::int64_t first = reserve_locked(h, n, "KvStore::append");
     write_tokens(tails_[h.slot].pages, first, n, k, v);
+  }
+  template <StorageRange RK, StorageRange RV>
+  void append(TailHandle h, std::int64_t n, const RK& k, const RV& v) {
+    using T = std::remove_cv_t<std::ranges::range_value_t<RK>>;
+    static_assert(std::is_same_v<T, std::remove_cv_t<std::ranges::range_value_t<RV>>>,
+                  "KvStore::append: k and v must hold the same element type");
+    append(h, n, std::span<const T>(std::ranges::data(k), std::ranges::size(k)),
+           std::span<const T>(std::ranges::data(v), std::ranges::size(v)));
   }
 
   // Extends a tail by n tokens whose K/V the caller writes itself; returns the old length, the
   // index of the first new token.
   std::int64_t reserve(TailHandle h, std::int64_t n) {
-    check_length("KvStore::reserve", n);
+    check_count("KvStore::reserve", "n", n);
     std::lock_guard lock(mu_);
     return reserve_locked(h, n, "KvStore::reserve");
   }
@@ -224,14 +291,15 @@ class KvStore {
     t.pages.clear();
     t.length = 0;
     t.live = false;
-    ++t.generation;
-    free_tail_slots_.push_back(h.slot);
+    // A slot whose generation would wrap is retired, so no stale handle can ever match again.
+    if (++t.generation != kRetiredGeneration) free_tail_slots_.push_back(h.slot);
     --stats_.tails;
   }
 
   bool is_live(TailHandle h) const {
     std::lock_guard lock(mu_);
-    return h.slot < tails_.size() && tails_[h.slot].live && tails_[h.slot].generation == h.generation;
+    return h.slot < tails_.size() && tails_[h.slot].live &&
+           tails_[h.slot].generation == h.generation;
   }
 
   TailInfo info(TailHandle h) const {
@@ -246,27 +314,27 @@ class KvStore {
   template <StorageElement T>
   T* k_pool() {
     check_type<T>("KvStore::k_pool");
-    return reinterpret_cast<T*>(k_.data());
+    return reinterpret_cast<T*>(k_.get());
   }
   template <StorageElement T>
   T* v_pool() {
     check_type<T>("KvStore::v_pool");
-    return reinterpret_cast<T*>(v_.data());
+    return reinterpret_cast<T*>(v_.get());
   }
   template <StorageElement T>
   const T* k_pool() const {
     check_type<T>("KvStore::k_pool");
-    return reinterpret_cast<const T*>(k_.data());
+    return reinterpret_cast<const T*>(k_.get());
   }
   template <StorageElement T>
   const T* v_pool() const {
     check_type<T>("KvStore::v_pool");
-    return reinterpret_cast<const T*>(v_.data());
+    return reinterpret_cast<const T*>(v_.get());
   }
-  const std::byte* k_bytes() const { return k_.data(); }
-  const std::byte* v_bytes() const { return v_.data(); }
-  std::byte* k_bytes() { return k_.data(); }
-  std::byte* v_bytes() { return v_.data(); }
+  const std::byte* k_bytes() const { return k_.get(); }
+  const std::byte* v_bytes() const { return v_.get(); }
+  std::byte* k_bytes() { return k_.get(); }
+  std::byte* v_bytes() { return v_.get(); }
 
   // ---- accounting -----------------------------------------------------------------------------
 
@@ -280,57 +348,103 @@ class KvStore {
   }
 
   // Checks the bookkeeping: every page is free or owned by exactly the document or tail whose page
-  // list holds it, page lists match lengths, the LRU set holds exactly the unpinned documents.
-  // Throws lazyattn::Error naming the first inconsistency. For tests; O(pages + documents).
+  // list holds it, page lists match lengths, the LRU set holds exactly the unpinned documents, the
+  // index, the free slot lists and the counters agree with the slots. Throws lazyattn::Error
+  // naming the first inconsistency. For tests; O(pages + documents + tails).
   void validate() const {
+    const char* w = "KvStore::validate";
     std::lock_guard lock(mu_);
     std::vector<std::int32_t> owner(static_cast<std::size_t>(config_.num_pages), kFree);
     auto claim = [&](std::int32_t page, std::int32_t who) {
-      LAZYATTN_CHECK(page >= 0 && page < config_.num_pages, "KvStore::validate: page ", page,
-                     " out of range");
-      LAZYATTN_CHECK(owner[page] == kFree, "KvStore::validate: page ", page, " owned twice");
+      LAZYATTN_CHECK(page >= 0 && page < config_.num_pages, w, ": page ", page, " out of range");
+      LAZYATTN_CHECK(owner[page] == kFree, w, ": page ", page, " owned twice");
       owner[page] = who;
     };
-    std::size_t unpinned = 0;
+    std::int64_t live = 0, pinned = 0, unpinned = 0, unpinned_pages = 0, retired = 0;
     for (std::size_t s = 0; s < docs_.size(); ++s) {
       const Doc& d = docs_[s];
-      if (!d.live) continue;
-      LAZYATTN_CHECK(static_cast<std::int64_t>(d.pages.size()) == pages_for(d.length),
-                     "KvStore::validate: document slot ", s, " has ", d.pages.size(),
-                     " pages for length ", d.length);
+      LAZYATTN_CHECK(d.generation <= kRetiredGeneration, w, ": document slot ", s,
+                     " past the last generation");
+      if (d.generation == kRetiredGeneration) ++retired;
+      if (!d.live) {
+        LAZYATTN_CHECK(d.pages.empty(), w, ": empty document slot ", s, " holds pages");
+        continue;
+      }
+      ++live;
+      LAZYATTN_CHECK(d.length >= 1 && d.length <= kMaxLength, w, ": document slot ", s,
+                     " has length ", d.length);
+      LAZYATTN_CHECK(static_cast<std::int64_t>(d.pages.size()) == pages_for(d.length), w,
+                     ": document slot ", s, " has ", d.pages.size(), " pages for length ",
+                     d.length);
+      LAZYATTN_CHECK(d.pins >= 0, w, ": document slot ", s, " has pin count ", d.pins);
+      LAZYATTN_CHECK(d.last_use <= clock_, w, ": document slot ", s, " used in the future");
       for (std::int32_t p : d.pages) claim(p, doc_owner(static_cast<std::uint32_t>(s)));
       if (d.pins == 0) {
         ++unpinned;
-        LAZYATTN_CHECK(lru_.count({d.last_use, static_cast<std::uint32_t>(s)}) == 1,
-                       "KvStore::validate: unpinned document slot ", s, " missing from LRU");
+        unpinned_pages += static_cast<std::int64_t>(d.pages.size());
+        LAZYATTN_CHECK(lru_.count({d.last_use, static_cast<std::uint32_t>(s)}) == 1, w,
+                       ": unpinned document slot ", s, " missing from LRU");
+      } else {
+        ++pinned;
       }
       auto it = index_.find(IndexKey{d.key, d.form});
-      LAZYATTN_CHECK(it != index_.end() && it->second == s, "KvStore::validate: document slot ", s,
+      LAZYATTN_CHECK(it != index_.end() && it->second == s, w, ": document slot ", s,
                      " not indexed");
     }
-    LAZYATTN_CHECK(lru_.size() == unpinned, "KvStore::validate: LRU holds ", lru_.size(),
-                   " entries, expected ", unpinned);
+    LAZYATTN_CHECK(static_cast<std::int64_t>(index_.size()) == live, w, ": index holds ",
+                   index_.size(), " keys, expected ", live);
+    LAZYATTN_CHECK(static_cast<std::int64_t>(lru_.size()) == unpinned, w, ": LRU holds ",
+                   lru_.size(), " entries, expected ", unpinned);
+    LAZYATTN_CHECK(unpinned_pages_ == unpinned_pages, w, ": ", unpinned_pages_,
+                   " pages counted as evictable, expected ", unpinned_pages);
+    LAZYATTN_CHECK(stats_.documents == live && stats_.pinned_documents == pinned, w,
+                   ": stats count ", stats_.documents, " documents (", stats_.pinned_documents,
+                   " pinned), expected ", live, " (", pinned, " pinned)");
+    check_free_slots(docs_, free_doc_slots_, live + retired, "document");
+    std::int64_t live_tails = 0;
+    retired = 0;
     for (std::size_t s = 0; s < tails_.size(); ++s) {
       const Tail& t = tails_[s];
-      if (!t.live) continue;
-      LAZYATTN_CHECK(static_cast<std::int64_t>(t.pages.size()) == pages_for(t.length),
-                     "KvStore::validate: tail slot ", s, " has ", t.pages.size(),
-                     " pages for length ", t.length);
+      if (t.generation == kRetiredGeneration) ++retired;
+      if (!t.live) {
+        LAZYATTN_CHECK(t.pages.empty() && t.length == 0, w, ": empty tail slot ", s,
+                       " holds tokens");
+        continue;
+      }
+      ++live_tails;
+      LAZYATTN_CHECK(t.length >= 0 && t.length <= kMaxLength, w, ": tail slot ", s,
+                     " has length ", t.length);
+      LAZYATTN_CHECK(static_cast<std::int64_t>(t.pages.size()) == pages_for(t.length), w,
+                     ": tail slot ", s, " has ", t.pages.size(), " pages for length ", t.length);
       for (std::int32_t p : t.pages) claim(p, tail_owner(static_cast<std::uint32_t>(s)));
     }
+    LAZYATTN_CHECK(stats_.tails == live_tails, w, ": stats count ", stats_.tails,
+                   " tails, expected ", live_tails);
+    check_free_slots(tails_, free_tail_slots_, live_tails + retired, "tail");
     for (std::int32_t p : free_pages_) claim(p, kFreeListed);
     for (std::int64_t p = 0; p < config_.num_pages; ++p) {
-      LAZYATTN_CHECK(owner[p] != kFree, "KvStore::validate: page ", p, " leaked");
+      LAZYATTN_CHECK(owner[p] != kFree, w, ": page ", p, " leaked");
       std::int32_t expected = owner[p] == kFreeListed ? kFree : owner[p];
-      LAZYATTN_CHECK(page_owner_[p] == expected, "KvStore::validate: page ", p,
-                     " owner table disagrees");
+      LAZYATTN_CHECK(page_owner_[p] == expected, w, ": page ", p, " owner table says ",
+                     page_owner_[p], ", expected ", expected);
     }
   }
 
  private:
   static constexpr std::int32_t kFree = -1;
   static constexpr std::int32_t kFreeListed = -2;
-  static constexpr std::size_t kMaxSlots = 0x7fffffff;
+  static constexpr std::int64_t kMaxLength = std::numeric_limits<std::int32_t>::max();
+  static constexpr std::size_t kMaxDocSlots = 0x7fffffff;
+  // Tails own pages as -3 - slot, which must stay representable in int32.
+  static constexpr std::size_t kMaxTailSlots = 0x7ffffffd;
+  static constexpr std::uint32_t kRetiredGeneration = std::numeric_limits<std::uint32_t>::max();
+
+  struct PoolDeleter {
+    void operator()(std::byte* p) const noexcept {
+      ::operator delete(p, std::align_val_t{kPoolAlignment});
+    }
+  };
+  using PoolPtr = std::unique_ptr<std::byte, PoolDeleter>;
 
   struct IndexKey {
     DocKey key;
@@ -363,7 +477,38 @@ class KvStore {
 
   // Page owners: documents as slot, tails as -3 - slot.
   static std::int32_t doc_owner(std::uint32_t slot) { return static_cast<std::int32_t>(slot); }
-  static std::int32_t tail_owner(std::uint32_t slot) { return -3 - static_cast<std::int32_t>(slot); }
+  static std::int32_t tail_owner(std::uint32_t slot) {
+    return -3 - static_cast<std::int32_t>(slot);
+  }
+
+  static PoolPtr allocate_pool(std::size_t bytes, const KvStoreConfig& c) {
+    void* p = nullptr;
+    try {
+      p = ::operator new(bytes, std::align_val_t{kPoolAlignment});
+    } catch (const std::bad_alloc&) {
+      detail::throw_error("KvStore: cannot allocate ", bytes, " bytes for a pool of num_pages ",
+                          c.num_pages, ", expected a pool that fits in memory");
+    }
+    std::memset(p, 0, bytes);
+    return PoolPtr(static_cast<std::byte*>(p));
+  }
+
+  // Every free slot is an empty, unretired slot named once; every other slot is live or retired.
+  template <class Slot>
+  void check_free_slots(const std::vector<Slot>& slots, const std::vector<std::uint32_t>& free,
+                        std::int64_t live_or_retired, const char* what) const {
+    std::vector<bool> seen(slots.size(), false);
+    for (std::uint32_t s : free) {
+      LAZYATTN_CHECK(s < slots.size() && !slots[s].live && !seen[s] &&
+                         slots[s].generation != kRetiredGeneration,
+                     "KvStore::validate: free ", what, " slot ", s, " is not a free slot");
+      seen[s] = true;
+    }
+    LAZYATTN_CHECK(static_cast<std::int64_t>(free.size()) + live_or_retired ==
+                       static_cast<std::int64_t>(slots.size()),
+                   "KvStore::validate: ", free.size(), " free ", what, " slots and ",
+                   live_or_retired, " live or retired, expected ", slots.size(), " in all");
+  }
 
   template <class T>
   void check_type(const char* where) const {
@@ -371,22 +516,48 @@ class KvStore {
                    to_string(dtype_of<T>()), ", expected the store's ", to_string(config_.dtype));
   }
 
-  void check_length(const char* where, std::int64_t n) const {
-    LAZYATTN_CHECK(n >= 1 && n <= std::numeric_limits<std::int32_t>::max(), where, ": length ", n,
+  static void check_form(const char* where, StorageForm form) {
+    LAZYATTN_CHECK(form == StorageForm::kRaw || form == StorageForm::kLocal, where,
+                   ": storage form ", static_cast<int>(form), ", expected raw (0) or local (1)");
+  }
+
+  // A token count: at least one, at most what a length can hold (int32, as plans store it).
+  static void check_count(const char* where, const char* name, std::int64_t n) {
+    LAZYATTN_CHECK(n >= 1 && n <= kMaxLength, where, ": ", name, " ", n,
                    ", expected in [1, 2^31 - 1]");
   }
 
-  void check_tokens(const char* where, std::int64_t n, std::size_t k_size, std::size_t v_size) const {
-    check_length(where, n);
-    std::size_t expected = static_cast<std::size_t>(config_.num_layers) * static_cast<std::size_t>(n) *
+  // A document longer than the whole pool can never be stored, however much is evicted.
+  void check_document_length(const char* where, std::int64_t length) const {
+    check_count(where, "length", length);
+    LAZYATTN_CHECK(pages_for(length) <= config_.num_pages, where, ": length ", length, " needs ",
+                   pages_for(length), " pages, expected at most the store's num_pages ",
+                   config_.num_pages);
+  }
+
+  // The shape of K and V for n tokens. n is bounded by the pool's capacity first, so the product
+  // cannot overflow: it is at most the pool's element count.
+  void check_tokens(const char* where, const char* name, std::int64_t n, std::size_t k_size,
+                    std::size_t v_size) const {
+    check_count(where, name, n);
+    LAZYATTN_CHECK(pages_for(n) <= config_.num_pages, where, ": ", name, " ", n, " needs ",
+                   pages_for(n), " pages, expected at most the store's num_pages ",
+                   config_.num_pages);
+    std::size_t expected = static_cast<std::size_t>(config_.num_layers) *
+                           static_cast<std::size_t>(n) *
                            static_cast<std::size_t>(config_.num_kv_heads) *
                            static_cast<std::size_t>(config_.head_dim);
     LAZYATTN_CHECK(k_size == expected, where, ": k has ", k_size, " elements, expected ", expected,
-                   " = [num_layers ", config_.num_layers, ", length ", n, ", num_kv_heads ",
+                   " = [num_layers ", config_.num_layers, ", ", name, " ", n, ", num_kv_heads ",
                    config_.num_kv_heads, ", head_dim ", config_.head_dim, "]");
     LAZYATTN_CHECK(v_size == expected, where, ": v has ", v_size, " elements, expected ", expected,
-                   " = [num_layers ", config_.num_layers, ", length ", n, ", num_kv_heads ",
+                   " = [num_layers ", config_.num_layers, ", ", name, " ", n, ", num_kv_heads ",
                    config_.num_kv_heads, ", head_dim ", config_.head_dim, "]");
+  }
+
+  void check_pinnable(DocHandle h, const Doc& d, const char* where) const {
+    LAZYATTN_CHECK(d.pins < std::numeric_limits<std::int32_t>::max(), where, ": ", h,
+                   " is pinned ", d.pins, " times, expected fewer than 2^31 - 1");
   }
 
   Doc& doc_locked(DocHandle h, const char* where) {
@@ -409,13 +580,15 @@ class KvStore {
                    " slots)");
     const Tail& t = tails_[h.slot];
     LAZYATTN_CHECK(t.live && t.generation == h.generation, where, ": stale tail handle ", h,
-                   ", the slot is at generation ", t.generation);
+                   t.live ? ", the slot now holds generation " : ", the slot is empty at generation ",
+                   t.generation);
     return t;
   }
 
   void pin_locked(std::uint32_t slot, Doc& d) {
     if (d.pins == 0) {
       lru_.erase({d.last_use, slot});
+      unpinned_pages_ -= static_cast<std::int64_t>(d.pages.size());
       ++stats_.pinned_documents;
     }
     ++d.pins;
@@ -435,14 +608,20 @@ class KvStore {
 
   void remove_doc_locked(std::uint32_t slot) {
     Doc& d = docs_[slot];
-    if (d.pins == 0) lru_.erase({d.last_use, slot});
+    if (d.pins == 0) {
+      lru_.erase({d.last_use, slot});
+      unpinned_pages_ -= static_cast<std::int64_t>(d.pages.size());
+    } else {
+      --stats_.pinned_documents;
+    }
     index_.erase(IndexKey{d.key, d.form});
     for (std::int32_t p : d.pages) free_page_locked(p);
     d.pages.clear();
     d.live = false;
     d.committed = false;
-    ++d.generation;
-    free_doc_slots_.push_back(slot);
+    d.pins = 0;
+    // A slot whose generation would wrap is retired, so no stale handle can ever match again.
+    if (++d.generation != kRetiredGeneration) free_doc_slots_.push_back(slot);
     --stats_.documents;
   }
 
@@ -451,10 +630,8 @@ class KvStore {
   void make_room_locked(std::int64_t needed, const char* where) {
     auto free_now = static_cast<std::int64_t>(free_pages_.size());
     if (free_now >= needed) return;
-    std::int64_t evictable = 0;
-    for (const auto& [tick, slot] : lru_) evictable += static_cast<std::int64_t>(docs_[slot].pages.size());
-    LAZYATTN_CHECK(free_now + evictable >= needed, where, ": store full: need ", needed,
-                   " pages, ", free_now, " free and ", evictable,
+    LAZYATTN_CHECK(free_now + unpinned_pages_ >= needed, where, ": store full: need ", needed,
+                   " pages, ", free_now, " free and ", unpinned_pages_,
                    " held by unpinned documents, of ", config_.num_pages, " pages");
     while (static_cast<std::int64_t>(free_pages_.size()) < needed) {
       std::uint32_t victim = lru_.begin()->second;
@@ -478,15 +655,18 @@ class KvStore {
     auto it = index_.find(IndexKey{key, form});
     if (it != index_.end()) {
       Doc& d = docs_[it->second];
-      LAZYATTN_CHECK(d.length == length, where, ": key ", key, " is stored with length ", d.length,
-                     ", got length ", length, " (same key, different content?)");
+      DocHandle h{it->second, d.generation};
+      LAZYATTN_CHECK(d.length == length, where, ": key ", key, " (", to_string(form),
+                     ") is stored with length ", d.length, ", got length ", length,
+                     " (same key, different content?)");
+      if (pin) check_pinnable(h, d, where);
       ++stats_.dedupes;
-      if (pin) pin_locked(it->second, d);
-      touch_locked(it->second, d);
-      return InsertResult{DocHandle{it->second, d.generation}, false};
+      if (pin) pin_locked(h.slot, d);
+      touch_locked(h.slot, d);
+      return InsertResult{h, false};
     }
-    LAZYATTN_CHECK(free_doc_slots_.size() > 0 || docs_.size() < kMaxSlots, where, ": ",
-                   docs_.size(), " document slots in use, expected fewer than ", kMaxSlots);
+    LAZYATTN_CHECK(!free_doc_slots_.empty() || docs_.size() < kMaxDocSlots, where, ": ",
+                   docs_.size(), " document slots in use, expected fewer than ", kMaxDocSlots);
     std::int64_t needed = pages_for(length);
     make_room_locked(needed, where);
     std::uint32_t slot;
@@ -507,6 +687,7 @@ class KvStore {
     d.pages = take_pages_locked(needed, doc_owner(slot));
     d.last_use = ++clock_;
     lru_.insert({d.last_use, slot});
+    unpinned_pages_ += needed;
     if (pin) pin_locked(slot, d);
     index_.emplace(IndexKey{key, form}, slot);
     ++stats_.inserts;
@@ -516,8 +697,8 @@ class KvStore {
 
   std::int64_t reserve_locked(TailHandle h, std::int64_t n, const char* where) {
     Tail& t = tail_locked(h, where);
-    LAZYATTN_CHECK(t.length + n <= std::numeric_limits<std::int32_t>::max(), where, ": tail length ",
-                   t.length, " + ", n, " exceeds 2^31 - 1");
+    LAZYATTN_CHECK(t.length + n <= kMaxLength, where, ": ", h, " length ", t.length, " + n ", n,
+                   " exceeds 2^31 - 1");
     std::int64_t needed = pages_for(t.length + n) - static_cast<std::int64_t>(t.pages.size());
     make_room_locked(needed, where);
     auto fresh = take_pages_locked(needed, tail_owner(h.slot));
@@ -533,8 +714,8 @@ class KvStore {
                     std::span<const T> k, std::span<const T> v) {
     dispatch_dtype(config_.dtype, [&](auto tag) {
       using S = decltype(tag);
-      auto* kp = reinterpret_cast<S*>(k_.data());
-      auto* vp = reinterpret_cast<S*>(v_.data());
+      auto* kp = reinterpret_cast<S*>(k_.get());
+      auto* vp = reinterpret_cast<S*>(v_.get());
       const int H = config_.num_kv_heads, D = config_.head_dim, P = config_.page_size;
       for (int l = 0; l < config_.num_layers; ++l) {
         for (std::int64_t i = 0; i < n; ++i) {
@@ -561,8 +742,8 @@ class KvStore {
 
   KvStoreConfig config_;
   PoolGeometry geometry_;
-  std::vector<std::byte> k_;
-  std::vector<std::byte> v_;
+  PoolPtr k_;
+  PoolPtr v_;
 
   mutable std::mutex mu_;
   std::vector<std::int32_t> page_owner_;
@@ -573,6 +754,7 @@ class KvStore {
   std::vector<std::uint32_t> free_tail_slots_;
   std::unordered_map<IndexKey, std::uint32_t, IndexKeyHash> index_;
   std::set<std::pair<std::uint64_t, std::uint32_t>> lru_;  // (last use, slot) of unpinned documents
+  std::int64_t unpinned_pages_ = 0;  // pages of the documents in lru_: what eviction could free
   std::uint64_t clock_ = 0;
   KvStoreStats stats_;
 };
