@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <utility>
 
 #include "lazyattn/error.hpp"
 #include "lazyattn/rope/config.hpp"

@@ -1,6 +1,8 @@
 // Rotating one head vector: rotate at a position, undo a rotation, rotate by a difference (m - s).
 #pragma once
 
+#include <concepts>
+#include <cstddef>
 #include <cstdint>
 #include <limits>
 #include <span>
@@ -30,10 +32,18 @@ inline std::int64_t checked_difference(std::int64_t m, std::int64_t s, const cha
 }
 
 // x <- R(position) x, in place. x is one head vector [head_dim]; dims past rotary_dim pass through.
-template <class T>
+// Computes in double and rounds each element once; 16-bit types go through float first, which
+// would round twice, so they are left to callers that convert explicitly.
+template <std::floating_point T>
 void rotate(const RopeFrequencies& f, std::int64_t position, std::span<T> x) {
   LAZYATTN_CHECK(static_cast<int>(x.size()) == f.head_dim, "rope::rotate: vector of size ",
                  x.size(), ", expected head_dim ", f.head_dim);
+  // RopeFrequencies is plain data that callers may fill by hand: check it before indexing.
+  LAZYATTN_CHECK(f.rotary_dim >= 0 && f.rotary_dim % 2 == 0 && f.rotary_dim <= f.head_dim &&
+                     f.turns.size() == static_cast<std::size_t>(f.num_pairs()),
+                 "rope::rotate: rotary_dim ", f.rotary_dim, " with ", f.turns.size(),
+                 " turns for head_dim ", f.head_dim,
+                 ", expected an even rotary_dim <= head_dim and rotary_dim / 2 turns");
   for (int i = 0; i < f.num_pairs(); ++i) {
     CosSin cs = cos_sin(position, f.turns[i]);
     PairDims p = pair_dims(f.pair_layout, f.rotary_dim, i);
@@ -45,7 +55,7 @@ void rotate(const RopeFrequencies& f, std::int64_t position, std::span<T> x) {
 }
 
 // x <- R(position)^-1 x = R(-position) x.
-template <class T>
+template <std::floating_point T>
 void inverse_rotate(const RopeFrequencies& f, std::int64_t position, std::span<T> x) {
   LAZYATTN_CHECK(position != std::numeric_limits<std::int64_t>::min(),
                  "rope::inverse_rotate: position ", position, " has no negation in int64");
@@ -53,7 +63,7 @@ void inverse_rotate(const RopeFrequencies& f, std::int64_t position, std::span<T
 }
 
 // x <- R(m - s) x: what a query at m needs against keys held rotated relative to start s.
-template <class T>
+template <std::floating_point T>
 void relative_rotate(const RopeFrequencies& f, std::int64_t m, std::int64_t s, std::span<T> x) {
   rotate(f, checked_difference(m, s, "rope::relative_rotate"), x);
 }
