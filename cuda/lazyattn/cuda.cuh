@@ -1,0 +1,13 @@
+// Umbrella header for lazyattn's CUDA side: device pool and plans, page writes, decode, baselines.
+#pragma once
+
+#include "lazyattn/cuda/common.cuh"
+#include "lazyattn/cuda/decode.cuh"
+#include "lazyattn/cuda/device_plan.cuh"
+#include "lazyattn/cuda/device_pool.cuh"
+#include "lazyattn/cuda/device_rope.cuh"
+#include "lazyattn/cuda/merge.cuh"
+#include "lazyattn/cuda/page_write.cuh"
+#include "lazyattn/cuda/reencode.cuh"
+#include "lazyattn/cuda/rope.cuh"
+#include "lazyattn/cuda/schedule.hpp"

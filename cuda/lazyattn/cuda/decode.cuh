@@ -1,0 +1,589 @@
+// Paged, split-KV, GQA-packed decode with deferred RoPE on tensor cores (mma.sync m16n8k16).
+//
+// One CTA handles one work item of the schedule (a run of 64-key tiles of one request) for one KV
+// head. The group's query heads are the rows of a 16-row A operand, so every K/V byte is read
+// from memory once per KV head, not once per query head. Four warps split each tile's 64 keys
+// (16 each), keep their own online-softmax state, and merge through shared memory at the end.
+// K/V tiles stream through a cp.async pipeline (page-table gather, 16-byte copies, XOR swizzle
+// for conflict-free ldmatrix).
+//
+// Deferred rotation, per segment of the tile:
+//   local form  the query is rotated once per segment by (m - s) and rounded to 16 bits once;
+//   raw form    the query is rotated by m, each key at its logical position n in fp32 registers,
+//               with cos/sin(n w) = cos/sin(n0 w) (x) cos/sin((n - n0) w): one exact angle per
+//               tile and key row, the in-tile offsets from a table (DeviceRope).
+// kRope = false skips both (keys pre-rotated at logical positions, queries pre-rotated by the
+// caller): the RoPE-off baseline.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "lazyattn/attention/params.hpp"
+#include "lazyattn/cuda/common.cuh"
+#include "lazyattn/cuda/device_plan.cuh"
+#include "lazyattn/cuda/device_pool.cuh"
+#include "lazyattn/cuda/device_rope.cuh"
+#include "lazyattn/cuda/merge.cuh"
+#include "lazyattn/cuda/ptx.cuh"
+#include "lazyattn/cuda/rope.cuh"
+#include "lazyattn/kv/plan.hpp"
+
+namespace lazyattn::cuda {
+
+// Plain kernel parameters (passed by value as a __grid_constant__).
+struct DecodeParams {
+  const void* q = nullptr;  // [num_requests, num_qo_heads, head_dim], un-rotated
+  void* o = nullptr;        // [num_requests, num_qo_heads, head_dim]
+  float* maybe_lse = nullptr;  // [num_requests, num_qo_heads], natural log; may be null
+  const void* k_pool = nullptr;  // layer base of the K pool [num_pages, kv_heads, page_size, D]
+  const void* v_pool = nullptr;
+  std::int64_t page_stride = 0;  // elements
+  std::int64_t head_stride = 0;
+  PlanView plan;
+  DecodeScheduleView sched;
+  RopeView rope;
+  float* partial_o = nullptr;    // [num_partials, num_qo_heads, head_dim]
+  float* partial_lse = nullptr;  // [num_partials, num_qo_heads], log2 units
+  float sm_scale_log2 = 0.0f;    // softmax scale * log2(e)
+  std::int32_t num_qo_heads = 0;
+  std::int32_t num_kv_heads = 0;
+  std::int32_t group_size = 0;
+  std::int32_t page_size_log2 = 0;
+};
+
+namespace detail {
+
+inline constexpr int kDecodeWarps = 4;
+inline constexpr int kDecodeThreads = 32 * kDecodeWarps;
+inline constexpr int kDecodeTileKeys = 64;  // 16 keys per warp
+inline constexpr int kRows = 16;            // query rows of the mma A operand
+
+template <int D>
+struct DecodeShape {
+  static constexpr int kStages = D <= 128 ? 3 : 2;
+  static constexpr int kChunks = D / 8;  // 16-byte chunks per row
+  static constexpr int kKSteps = D / 16;
+  static constexpr int kTileElems = kDecodeTileKeys * D;
+  static constexpr bool kQInRegisters = D <= 128;
+  // Shared memory (bytes): K/V stages, the query (fp32 raw and 16-bit rotated), cos/sin scratch.
+  static constexpr int kStageBytes = 2 * kTileElems * 2;
+  static constexpr int kMergeBytes = kDecodeWarps * kRows * (D + 2) * 4;
+  static constexpr int kPipeBytes = kStages * kStageBytes > kMergeBytes ? kStages * kStageBytes
+                                                                       : kMergeBytes;
+  static constexpr int kQRawOffset = kPipeBytes;
+  static constexpr int kQRotOffset = kQRawOffset + kRows * D * 4;
+  static constexpr int kCsOffset = kQRotOffset + kRows * D * 2;
+  static constexpr int kSmemBytes = kCsOffset + (D / 2) * 8 * 2;
+};
+
+// Element (row, chunk) of a [rows][D] 16-bit tile, chunks XOR-swizzled by row: ldmatrix's eight
+// rows of one chunk land in eight different bank groups.
+template <int D>
+__device__ __forceinline__ int swizzle(int row, int chunk) {
+  return row * D + ((chunk ^ (row & 7)) << 3);
+}
+
+// Rotated query element: (R(delta) q)[d] for half or interleaved pairs, given cos/sin per pair.
+__device__ __forceinline__ float rotated_element(const float* q, int d, int rotary_dim,
+                                                 bool interleaved, const float2* cs) {
+  if (d >= rotary_dim) return q[d];
+  if (interleaved) {
+    int j = d >> 1;
+    float2 c = cs[j];
+    return (d & 1) ? q[d] * c.x + q[d - 1] * c.y : q[d] * c.x - q[d + 1] * c.y;
+  }
+  int half = rotary_dim >> 1;
+  if (d < half) {
+    float2 c = cs[d];
+    return q[d] * c.x - q[d + half] * c.y;
+  }
+  float2 c = cs[d - half];
+  return q[d] * c.x + q[d - half] * c.y;
+}
+
+// Rotates a key pair (x, y) in place by (cos, sin).
+__device__ __forceinline__ void rotate_pair(float& x, float& y, float2 cs) {
+  float nx = x * cs.x - y * cs.y;
+  float ny = x * cs.y + y * cs.x;
+  x = nx;
+  y = ny;
+}
+
+__device__ __forceinline__ float2 combine_angles(float2 a, float2 b) {
+  return make_float2(a.x * b.x - a.y * b.y, a.y * b.x + a.x * b.y);
+}
+
+template <class T, int D, bool kRope>
+__global__ void __launch_bounds__(kDecodeThreads, 2)
+    decode_kernel(const __grid_constant__ DecodeParams p) {
+  using Shape = DecodeShape<D>;
+  extern __shared__ __align__(128) unsigned char smem[];
+  T* stage_base = reinterpret_cast<T*>(smem);
+  float* q_raw = reinterpret_cast<float*>(smem + Shape::kQRawOffset);
+  T* q_rot = reinterpret_cast<T*>(smem + Shape::kQRotOffset);
+  float2* cs_query = reinterpret_cast<float2*>(smem + Shape::kCsOffset);
+  float2* cs_tile = cs_query + D / 2;
+
+  const int work = blockIdx.x;
+  const int kv_head = blockIdx.y;
+  const int tid = threadIdx.x;
+  const int warp = tid >> 5;
+  const int lane = tid & 31;
+  const int g = lane >> 2;
+  const int t4 = lane & 3;
+
+  const int b = p.sched.work_request[work];
+  const int tile_begin = p.sched.work_tile_begin[work];
+  const int tile_end = p.sched.work_tile_end[work];
+  const int split = p.sched.work_split[work];
+  const int G = p.group_size;
+  const std::int64_t m_pos = p.plan.request_query_position[b];
+  const int q_row0 = p.plan.request_query_indptr[b];
+  const int rope_set = p.rope.per_request ? b : 0;
+  const int rot_half = p.rope.rotary_dim / 2;
+  const std::uint64_t* turns = p.rope.turns + static_cast<std::int64_t>(rope_set) * rot_half;
+
+  // ---- the group's queries, fp32, rows >= G zero ---------------------------------------------
+  const T* q_src = static_cast<const T*>(p.q) +
+                   (static_cast<std::int64_t>(q_row0) * p.num_qo_heads + kv_head * G) * D;
+  for (int i = tid; i < kRows * D; i += kDecodeThreads) {
+    int row = i / D;
+    q_raw[i] = row < G ? ptx::to_f32(q_src[i]) : 0.0f;
+  }
+
+  // ---- K/V tile loader: rows past the segment end are zero-filled, never read ----------------
+  const T* k_pool = static_cast<const T*>(p.k_pool) + kv_head * p.head_stride;
+  const T* v_pool = static_cast<const T*>(p.v_pool) + kv_head * p.head_stride;
+  const int page_mask = (1 << p.page_size_log2) - 1;
+  auto load_tile = [&](int tile, int stage) {
+    const int seg = p.sched.tile_segment[tile];
+    const int key0 = p.sched.tile_key_begin[tile];
+    const int seg_len = p.plan.segment_length[seg];
+    const std::int32_t* pages = p.plan.page_ids + p.plan.segment_page_indptr[seg];
+    T* ks = stage_base + stage * 2 * Shape::kTileElems;
+    T* vs = ks + Shape::kTileElems;
+    constexpr int kRowsPerPass = kDecodeThreads / Shape::kChunks;
+    const int chunk = tid % Shape::kChunks;
+#pragma unroll
+    for (int r = tid / Shape::kChunks; r < kDecodeTileKeys; r += kRowsPerPass) {
+      int key = key0 + r;
+      bool valid = key < seg_len;
+      int k_safe = valid ? key : seg_len - 1;
+      std::int64_t page = pages[k_safe >> p.page_size_log2];
+      std::int64_t off = page * p.page_stride + static_cast<std::int64_t>(k_safe & page_mask) * D +
+                         chunk * 8;
+      int dst = swizzle<D>(r, chunk);
+      ptx::cp_async_16(ptx::smem_addr(ks + dst), k_pool + off, valid);
+      ptx::cp_async_16(ptx::smem_addr(vs + dst), v_pool + off, valid);
+    }
+  };
+
+  constexpr int S = Shape::kStages;
+#pragma unroll
+  for (int s = 0; s < S - 1; ++s) {
+    if (tile_begin + s < tile_end) load_tile(tile_begin + s, s);
+    ptx::cp_async_commit();
+  }
+
+  // ---- per-warp state ------------------------------------------------------------------------
+  float acc[D / 8][4];
+#pragma unroll
+  for (int n = 0; n < D / 8; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
+  float row_max[2] = {-INFINITY, -INFINITY};
+  float row_sum[2] = {0.0f, 0.0f};  // this thread's share; reduced across the quad at the end
+  std::uint32_t qa[Shape::kQInRegisters ? Shape::kKSteps : 1][4];
+  std::int64_t q_delta = 0;
+  bool q_ready = false;
+
+  const int rotary = p.rope.rotary_dim;
+  const bool interleaved = p.rope.interleaved != 0;
+
+  for (int tile = tile_begin; tile < tile_end; ++tile) {
+    const int it = tile - tile_begin;
+    ptx::cp_async_wait<S - 2>();
+    __syncthreads();  // tile `it` is in shared memory; stage (it - 1) % S is free again
+    if (tile + S - 1 < tile_end) load_tile(tile + S - 1, (it + S - 1) % S);
+    ptx::cp_async_commit();
+
+    const int seg = p.sched.tile_segment[tile];
+    const int key0 = p.sched.tile_key_begin[tile];
+    const int seg_len = p.plan.segment_length[seg];
+    const bool raw = kRope && p.plan.segment_form[seg] == static_cast<std::uint8_t>(StorageForm::kRaw);
+    const std::int64_t seg_start = p.plan.segment_start[seg];
+
+    // ---- (re)build the rotated query when the rotation changes: once per local segment -------
+    std::int64_t delta = raw ? m_pos : m_pos - seg_start;
+    if (!q_ready || (kRope && delta != q_delta)) {
+      if (kRope) {
+        for (int j = tid; j < rotary / 2; j += kDecodeThreads)
+          cs_query[j] = rope_cos_sin(delta, turns[j]);
+      }
+      __syncthreads();
+      for (int i = tid; i < kRows * D; i += kDecodeThreads) {
+        int row = i / D, d = i % D;
+        float v = kRope ? rotated_element(q_raw + row * D, d, rotary, interleaved, cs_query)
+                        : q_raw[i];
+        if (kRope && d < rotary) v *= p.rope.query_scale;
+        q_rot[swizzle<D>(row, d >> 3) + (d & 7)] = ptx::from_f32<T>(v * p.sm_scale_log2);
+      }
+      __syncthreads();
+      if constexpr (Shape::kQInRegisters) {
+#pragma unroll
+        for (int kk = 0; kk < Shape::kKSteps; ++kk) {
+          int mi = lane >> 3;
+          int row = (mi & 1) * 8 + (lane & 7);
+          ptx::ldmatrix_x4(qa[kk], ptx::smem_addr(q_rot + swizzle<D>(row, 2 * kk + (mi >> 1))));
+        }
+      }
+      q_delta = delta;
+      q_ready = true;
+    }
+
+    // ---- raw form: cos/sin of the tile's base position, one exact angle per pair --------------
+    const std::int64_t n0 = seg_start + key0;
+    if (raw) {
+      for (int j = tid; j < rotary / 2; j += kDecodeThreads) cs_tile[j] = rope_cos_sin(n0, turns[j]);
+      __syncthreads();
+    }
+
+    const T* ks = stage_base + (it % S) * 2 * Shape::kTileElems;
+    const T* vs = ks + Shape::kTileElems;
+
+    // ---- S = Q K^T for this warp's 16 keys ----------------------------------------------------
+    float s[2][4];
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
+    const int mi = lane >> 3;
+    const int k_row = warp * 16 + (mi >> 1) * 8 + (lane & 7);  // key row this lane addresses
+    auto load_k = [&](std::uint32_t (&kb)[4], int kk) {
+      ptx::ldmatrix_x4(kb, ptx::smem_addr(ks + swizzle<D>(k_row, 2 * kk + (mi & 1))));
+    };
+    auto q_frag_smem = [&](std::uint32_t (&a)[4], int kk) {
+      int row = (mi & 1) * 8 + (lane & 7);
+      ptx::ldmatrix_x4(a, ptx::smem_addr(q_rot + swizzle<D>(row, 2 * kk + (mi >> 1))));
+    };
+    // kk must be a compile-time constant (unrolled loop) when the query sits in registers.
+    auto q_frag = [&](std::uint32_t (&a)[4], int kk) {
+      if constexpr (Shape::kQInRegisters) {
+#pragma unroll
+        for (int r = 0; r < 4; ++r) a[r] = qa[kk][r];
+      } else {
+        q_frag_smem(a, kk);
+      }
+    };
+    if (!raw) {
+#pragma unroll
+      for (int kk = 0; kk < Shape::kKSteps; ++kk) {
+        std::uint32_t kb[4], a[4];
+        load_k(kb, kk);
+        q_frag(a, kk);
+        ptx::mma_16816<T>(s[0], a, kb[0], kb[1]);
+        ptx::mma_16816<T>(s[1], a, kb[2], kb[3]);
+      }
+    } else {
+      // This thread's B fragments hold keys (warp*16 + g) and (warp*16 + 8 + g).
+      const float2* off_cs =
+          p.rope.offset_cs + static_cast<std::int64_t>(rope_set) * p.rope.offset_rows * rot_half;
+      const int key_a = warp * 16 + g, key_b = key_a + 8;
+      // Rotated 16-bit registers for (key, dims j, j+1) given the partner register.
+      auto rot_regs = [&](std::uint32_t& x_reg, std::uint32_t& y_reg, int key, int j0, bool inter) {
+        float2 xv = ptx::unpack2<T>(x_reg);
+        if (inter) {  // the pair is the register's two halves: dims (2i, 2i+1), i = j0 / 2
+          float2 c = combine_angles(cs_tile[j0 >> 1], off_cs[key * rot_half + (j0 >> 1)]);
+          rotate_pair(xv.x, xv.y, c);
+          x_reg = ptx::pack2<T>(xv.x, xv.y);
+        } else {  // pairs (j, j + rotary/2) across two registers
+          float2 yv = ptx::unpack2<T>(y_reg);
+          float2 c0 = combine_angles(cs_tile[j0], off_cs[key * rot_half + j0]);
+          float2 c1 = combine_angles(cs_tile[j0 + 1], off_cs[key * rot_half + j0 + 1]);
+          rotate_pair(xv.x, yv.x, c0);
+          rotate_pair(xv.y, yv.y, c1);
+          x_reg = ptx::pack2<T>(xv.x, xv.y);
+          y_reg = ptx::pack2<T>(yv.x, yv.y);
+        }
+      };
+      const int rot_steps = rotary / 16;  // k-steps that hold rotary dims
+      if (interleaved) {
+#pragma unroll
+        for (int kk = 0; kk < Shape::kKSteps; ++kk) {
+          std::uint32_t kb[4], a[4];
+          load_k(kb, kk);
+          if (kk < rot_steps) {
+            int j = 16 * kk + 2 * t4;
+            rot_regs(kb[0], kb[0], key_a, j, true);
+            rot_regs(kb[1], kb[1], key_a, j + 8, true);
+            rot_regs(kb[2], kb[2], key_b, j, true);
+            rot_regs(kb[3], kb[3], key_b, j + 8, true);
+          }
+          q_frag_smem(a, kk);
+          ptx::mma_16816<T>(s[0], a, kb[0], kb[1]);
+          ptx::mma_16816<T>(s[1], a, kb[2], kb[3]);
+        }
+      } else {
+        const int half_steps = rot_steps / 2;  // partner of k-step kk is kk + half_steps
+#pragma unroll
+        for (int kk = 0; kk < Shape::kKSteps; ++kk) {
+          if (kk >= half_steps && kk < rot_steps) continue;  // done with its partner
+          std::uint32_t kb[4], a[4];
+          load_k(kb, kk);
+          if (kk < half_steps) {
+            std::uint32_t kp[4], ap[4];
+            load_k(kp, kk + half_steps);
+            int j = 16 * kk + 2 * t4;
+            rot_regs(kb[0], kp[0], key_a, j, false);
+            rot_regs(kb[1], kp[1], key_a, j + 8, false);
+            rot_regs(kb[2], kp[2], key_b, j, false);
+            rot_regs(kb[3], kp[3], key_b, j + 8, false);
+            q_frag_smem(ap, kk + half_steps);
+            ptx::mma_16816<T>(s[0], ap, kp[0], kp[1]);
+            ptx::mma_16816<T>(s[1], ap, kp[2], kp[3]);
+          }
+          q_frag_smem(a, kk);
+          ptx::mma_16816<T>(s[0], a, kb[0], kb[1]);
+          ptx::mma_16816<T>(s[1], a, kb[2], kb[3]);
+        }
+      }
+    }
+
+    // ---- online softmax over this warp's keys (scores are already in log2 units) -------------
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        int key = key0 + warp * 16 + nt * 8 + 2 * t4 + (e & 1);
+        if (key >= seg_len) s[nt][e] = -INFINITY;
+      }
+    }
+    float scale[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {  // h = 0: row g, h = 1: row g + 8
+      float mx = fmaxf(fmaxf(s[0][2 * h], s[0][2 * h + 1]), fmaxf(s[1][2 * h], s[1][2 * h + 1]));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      float m_new = fmaxf(row_max[h], mx);
+      // A row that has seen only masked keys keeps m = -inf; subtract 0 then so exp2 gives 0, not
+      // NaN from (-inf) - (-inf).
+      float m_use = m_new == -INFINITY ? 0.0f : m_new;
+      scale[h] = exp2f(row_max[h] - m_use);
+      row_max[h] = m_new;
+      float sum = 0.0f;
+#pragma unroll
+      for (int nt = 0; nt < 2; ++nt) {
+        s[nt][2 * h] = exp2f(s[nt][2 * h] - m_use);
+        s[nt][2 * h + 1] = exp2f(s[nt][2 * h + 1] - m_use);
+        sum += s[nt][2 * h] + s[nt][2 * h + 1];
+      }
+      row_sum[h] = row_sum[h] * scale[h] + sum;
+    }
+#pragma unroll
+    for (int n = 0; n < D / 8; ++n) {
+      acc[n][0] *= scale[0];
+      acc[n][1] *= scale[0];
+      acc[n][2] *= scale[1];
+      acc[n][3] *= scale[1];
+    }
+
+    // ---- O += P V ------------------------------------------------------------------------------
+    std::uint32_t pa[4] = {ptx::pack2<T>(s[0][0], s[0][1]), ptx::pack2<T>(s[0][2], s[0][3]),
+                           ptx::pack2<T>(s[1][0], s[1][1]), ptx::pack2<T>(s[1][2], s[1][3])};
+    const int v_row = warp * 16 + (mi & 1) * 8 + (lane & 7);
+#pragma unroll
+    for (int c = 0; c < D / 8; c += 2) {
+      std::uint32_t vb[4];
+      ptx::ldmatrix_x4_trans(vb, ptx::smem_addr(vs + swizzle<D>(v_row, c + (mi >> 1))));
+      ptx::mma_16816<T>(acc[c], pa, vb[0], vb[1]);
+      ptx::mma_16816<T>(acc[c + 1], pa, vb[2], vb[3]);
+    }
+  }
+
+  // ---- merge the four warps' states through shared memory ----------------------------------
+  ptx::cp_async_wait<0>();
+  __syncthreads();  // the pipeline's shared memory is free for reuse
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    row_sum[h] += __shfl_xor_sync(0xffffffffu, row_sum[h], 1);
+    row_sum[h] += __shfl_xor_sync(0xffffffffu, row_sum[h], 2);
+  }
+  float* merge = reinterpret_cast<float*>(smem);  // [warp][row][D + 2]: acc, then max and sum
+  constexpr int kRowStride = D + 2;
+#pragma unroll
+  for (int n = 0; n < D / 8; ++n) {
+    int col = n * 8 + 2 * t4;
+    float* r0 = merge + (warp * kRows + g) * kRowStride;
+    float* r1 = merge + (warp * kRows + g + 8) * kRowStride;
+    r0[col] = acc[n][0];
+    r0[col + 1] = acc[n][1];
+    r1[col] = acc[n][2];
+    r1[col + 1] = acc[n][3];
+  }
+  if (t4 == 0) {
+    merge[(warp * kRows + g) * kRowStride + D] = row_max[0];
+    merge[(warp * kRows + g) * kRowStride + D + 1] = row_sum[0];
+    merge[(warp * kRows + g + 8) * kRowStride + D] = row_max[1];
+    merge[(warp * kRows + g + 8) * kRowStride + D + 1] = row_sum[1];
+  }
+  __syncthreads();
+
+  const int num_splits = p.sched.request_num_splits[b];
+  const int partial = p.sched.request_partial_offset[b] + split;
+  for (int i = tid; i < G * D; i += kDecodeThreads) {
+    int row = i / D, d = i % D;
+    float m_all = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < kDecodeWarps; ++w)
+      m_all = fmaxf(m_all, merge[(w * kRows + row) * kRowStride + D]);
+    float l_all = 0.0f, o_all = 0.0f;
+    if (m_all != -INFINITY) {
+#pragma unroll
+      for (int w = 0; w < kDecodeWarps; ++w) {
+        const float* r = merge + (w * kRows + row) * kRowStride;
+        float wgt = exp2f(r[D] - m_all);  // a warp that saw no key has r[D] = -inf: weight 0
+        l_all += r[D + 1] * wgt;
+        o_all += r[d] * wgt;
+      }
+    }
+    float out = l_all > 0.0f ? o_all / l_all : 0.0f;
+    float lse2 = l_all > 0.0f ? m_all + log2f(l_all) : -INFINITY;
+    int head = kv_head * G + row;
+    if (num_splits == 1) {
+      std::int64_t o_idx = (static_cast<std::int64_t>(q_row0) * p.num_qo_heads + head) * D + d;
+      static_cast<T*>(p.o)[o_idx] = ptx::from_f32<T>(out);
+      if (d == 0 && p.maybe_lse)
+        p.maybe_lse[static_cast<std::int64_t>(q_row0) * p.num_qo_heads + head] =
+            lse2 * 0.6931471805599453f;
+    } else {
+      std::int64_t base = static_cast<std::int64_t>(partial) * p.num_qo_heads + head;
+      p.partial_o[base * D + d] = out;
+      if (d == 0) p.partial_lse[base] = lse2;
+    }
+  }
+}
+
+}  // namespace detail
+
+// Scratch the split-KV path writes partial states into; grows on demand, reused across calls.
+struct DecodeWorkspace {
+  DeviceBuffer<float> partial_o;
+  DeviceBuffer<float> partial_lse;
+};
+
+struct DecodeArgs {
+  DType dtype = DType::kBFloat16;
+  const void* q = nullptr;  // [num_requests, num_qo_heads, head_dim], dtype
+  void* o = nullptr;        // [num_requests, num_qo_heads, head_dim], dtype
+  float* maybe_lse = nullptr;  // [num_requests, num_qo_heads]
+  int layer = 0;
+  AttentionParams params;
+  bool rope = true;  // false: the RoPE-off baseline (keys and queries pre-rotated by the caller)
+};
+
+inline const char* decode_supported_head_dims() { return "64, 128, 256"; }
+
+// Calls f(std::integral_constant<int, D>{}) for a supported head dim, or throws naming it.
+template <class F>
+void dispatch_head_dim(int head_dim, const char* where, F&& f) {
+  switch (head_dim) {
+    case 64: f(std::integral_constant<int, 64>{}); return;
+    case 128: f(std::integral_constant<int, 128>{}); return;
+    case 256: f(std::integral_constant<int, 256>{}); return;
+    default: break;
+  }
+  ::lazyattn::detail::throw_error(where, ": head_dim ", head_dim, ", expected one of ",
+                      decode_supported_head_dims());
+}
+
+// Launches the decode for one layer: every request of the plan has one query. No host
+// synchronisation; capturable into a CUDA graph once the plan and workspace are sized.
+inline void decode(const DecodeArgs& args, const DevicePool& pool, const DevicePlan& plan,
+                   const DeviceRope& rope, DecodeWorkspace& ws, cudaStream_t stream = nullptr) {
+  const char* w = "cuda::decode";
+  const AttentionParams& ap = args.params;
+  ap.check(w);
+  const PoolGeometry& geo = pool.geometry();
+  LAZYATTN_CHECK(ap.num_kv_heads == geo.num_kv_heads, w, ": num_kv_heads ", ap.num_kv_heads,
+                 ", expected the pool's ", geo.num_kv_heads);
+  LAZYATTN_CHECK(ap.head_dim == geo.head_dim, w, ": head_dim ", ap.head_dim,
+                 ", expected the pool's ", geo.head_dim);
+  LAZYATTN_CHECK(args.dtype == pool.dtype(), w, ": dtype ", to_string(args.dtype),
+                 ", expected the pool's ", to_string(pool.dtype()));
+  LAZYATTN_CHECK(args.dtype != DType::kFloat32, w,
+                 ": dtype float32, expected bfloat16 or float16 (tensor-core kernels)");
+  LAZYATTN_CHECK(ap.group_size() <= detail::kRows, w, ": GQA group size ", ap.group_size(),
+                 " (", ap.num_qo_heads, " / ", ap.num_kv_heads, "), expected <= ", detail::kRows);
+  LAZYATTN_CHECK(ap.logits_soft_cap == 0.0, w, ": logits_soft_cap ", ap.logits_soft_cap,
+                 ", expected 0 (soft cap is not implemented in the CUDA kernels)");
+  LAZYATTN_CHECK(args.q && args.o, w, ": q and o must be device pointers, got null");
+  const PlanView& pv = plan.view();
+  LAZYATTN_CHECK(pv.num_queries == pv.num_requests, w, ": ", pv.num_queries, " queries for ",
+                 pv.num_requests, " requests, expected one query per request");
+  LAZYATTN_CHECK(pv.page_size == geo.page_size, w, ": plan page_size ", pv.page_size,
+                 ", expected the pool's ", geo.page_size);
+  LAZYATTN_CHECK(plan.schedule().tile_keys == detail::kDecodeTileKeys, w, ": schedule tile_keys ",
+                 plan.schedule().tile_keys, ", expected ", detail::kDecodeTileKeys);
+  const RopeView& rv = rope.view();
+  if (args.rope) {
+    LAZYATTN_CHECK(rope.policy().head_dim() == ap.head_dim, w, ": rope head_dim ",
+                   rope.policy().head_dim(), ", expected ", ap.head_dim);
+    LAZYATTN_CHECK(rv.rotary_dim % (rv.interleaved ? 16 : 32) == 0, w, ": rotary_dim ",
+                   rv.rotary_dim, ", expected a multiple of ", rv.interleaved ? 16 : 32,
+                   " for the CUDA kernels");
+    LAZYATTN_CHECK(rv.offset_rows >= detail::kDecodeTileKeys, w, ": rope table of ",
+                   rv.offset_rows, " rows, expected >= ", detail::kDecodeTileKeys);
+  }
+  const DecodeScheduleView& sv = plan.schedule();
+  if (sv.num_work == 0) return;
+  if (sv.num_partials > 0) {
+    ws.partial_o.reserve(static_cast<std::size_t>(sv.num_partials) * ap.num_qo_heads * ap.head_dim);
+    ws.partial_lse.reserve(static_cast<std::size_t>(sv.num_partials) * ap.num_qo_heads);
+  }
+
+  DecodeParams p;
+  p.q = args.q;
+  p.o = args.o;
+  p.maybe_lse = args.maybe_lse;
+  p.k_pool = pool.k_layer(args.layer);
+  p.v_pool = pool.v_layer(args.layer);
+  p.page_stride = geo.page_stride();
+  p.head_stride = geo.head_stride();
+  p.plan = pv;
+  p.sched = sv;
+  p.rope = rv;
+  p.partial_o = ws.partial_o.data();
+  p.partial_lse = ws.partial_lse.data();
+  p.sm_scale_log2 = static_cast<float>(ap.scale() * 1.4426950408889634);
+  p.num_qo_heads = ap.num_qo_heads;
+  p.num_kv_heads = ap.num_kv_heads;
+  p.group_size = ap.group_size();
+  int log2_page = 0;
+  while ((1 << log2_page) < geo.page_size) ++log2_page;
+  p.page_size_log2 = log2_page;
+
+  dispatch_dtype(args.dtype, [&](auto tag) {
+    using E = decltype(tag);
+    if constexpr (!std::is_same_v<E, float>) {
+      using T = device_type_t<E>;
+      dispatch_head_dim(ap.head_dim, w, [&](auto dc) {
+        constexpr int D = decltype(dc)::value;
+        auto launch = [&](auto kernel) {
+          constexpr int bytes = detail::DecodeShape<D>::kSmemBytes;
+          LAZYATTN_CUDA_CHECK(
+              cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+          dim3 grid(static_cast<unsigned>(sv.num_work), static_cast<unsigned>(ap.num_kv_heads));
+          kernel<<<grid, detail::kDecodeThreads, bytes, stream>>>(p);
+          LAZYATTN_CUDA_CHECK_LAUNCH();
+        };
+        if (args.rope) launch(detail::decode_kernel<T, D, true>);
+        else launch(detail::decode_kernel<T, D, false>);
+        if (sv.num_partials > 0) {
+          merge_partials<T>(p.partial_o, p.partial_lse, sv, args.o, args.maybe_lse, pv.num_requests,
+                            ap.num_qo_heads, D, pv.request_query_indptr, stream);
+        }
+      });
+    }
+  });
+}
+
+}  // namespace lazyattn::cuda

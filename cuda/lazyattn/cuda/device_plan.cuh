@@ -1,0 +1,149 @@
+// DevicePlan: a host Plan and its decode schedule packed into one device buffer with one async
+// copy (from pinned memory, so it neither blocks the host nor breaks stream capture).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "lazyattn/cuda/common.cuh"
+#include "lazyattn/cuda/schedule.hpp"
+#include "lazyattn/kv/plan.hpp"
+
+namespace lazyattn::cuda {
+
+// The schedule as the kernels read it; pointers into device memory.
+struct DecodeScheduleView {
+  std::int32_t tile_keys = 64;
+  std::int32_t num_tiles = 0;
+  std::int32_t num_work = 0;
+  std::int32_t num_partials = 0;
+  std::int32_t max_splits = 1;
+  const std::int32_t* tile_segment = nullptr;
+  const std::int32_t* tile_key_begin = nullptr;
+  const std::int32_t* work_request = nullptr;
+  const std::int32_t* work_tile_begin = nullptr;
+  const std::int32_t* work_tile_end = nullptr;
+  const std::int32_t* work_split = nullptr;
+  const std::int32_t* request_num_splits = nullptr;
+  const std::int32_t* request_partial_offset = nullptr;
+};
+
+class DevicePlan {
+ public:
+  DevicePlan() = default;
+  DevicePlan(const DevicePlan&) = delete;
+  DevicePlan& operator=(const DevicePlan&) = delete;
+  ~DevicePlan() {
+    if (ready_) cudaEventDestroy(ready_);
+    if (staging_) cudaFreeHost(staging_);
+  }
+
+  // Packs and uploads; the buffers are reused across calls when large enough. The host Plan may
+  // be destroyed once this returns. Only waits if the previous upload's copy is still running.
+  void upload(const Plan& plan, const DecodeSchedule& sched, cudaStream_t stream = nullptr) {
+    Packer pk;
+    view_.num_requests = plan.num_requests();
+    view_.num_segments = plan.num_segments();
+    view_.num_queries = plan.num_queries();
+    view_.page_size = plan.page_size;
+    std::size_t o_rsi = pk.add(plan.request_segment_indptr);
+    std::size_t o_rqi = pk.add(plan.request_query_indptr);
+    std::size_t o_rts = pk.add(plan.request_tail_segment);
+    std::size_t o_rkl = pk.add(plan.request_kv_length);
+    std::size_t o_rqp = pk.add(plan.request_query_position);
+    std::size_t o_rrl = pk.add(plan.request_rope_length);
+    std::size_t o_spi = pk.add(plan.segment_page_indptr);
+    std::size_t o_sl = pk.add(plan.segment_length);
+    std::size_t o_ss = pk.add(plan.segment_start);
+    std::size_t o_sf = pk.add(plan.segment_form);
+    std::size_t o_sk = pk.add(plan.segment_kind);
+    std::size_t o_pid = pk.add(plan.page_ids);
+    std::size_t o_ts = pk.add(sched.tile_segment);
+    std::size_t o_tkb = pk.add(sched.tile_key_begin);
+    std::size_t o_wr = pk.add(sched.work_request);
+    std::size_t o_wtb = pk.add(sched.work_tile_begin);
+    std::size_t o_wte = pk.add(sched.work_tile_end);
+    std::size_t o_ws = pk.add(sched.work_split);
+    std::size_t o_rns = pk.add(sched.request_num_splits);
+    std::size_t o_rpo = pk.add(sched.request_partial_offset);
+
+    if (ready_) LAZYATTN_CUDA_CHECK(cudaEventSynchronize(ready_));  // staging free again
+    else LAZYATTN_CUDA_CHECK(cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming));
+    if (pk.size > staging_bytes_) {
+      if (staging_) LAZYATTN_CUDA_CHECK(cudaFreeHost(staging_));
+      staging_ = nullptr;
+      LAZYATTN_CUDA_CHECK(cudaMallocHost(&staging_, pk.size));
+      staging_bytes_ = pk.size;
+    }
+    pk.write(static_cast<std::byte*>(staging_));
+    buffer_.reserve(pk.size);
+    LAZYATTN_CUDA_CHECK(
+        cudaMemcpyAsync(buffer_.data(), staging_, pk.size, cudaMemcpyHostToDevice, stream));
+    LAZYATTN_CUDA_CHECK(cudaEventRecord(ready_, stream));
+
+    std::byte* d = buffer_.data();
+    auto at = [d](std::size_t off) { return d + off; };
+    view_.request_segment_indptr = reinterpret_cast<const std::int32_t*>(at(o_rsi));
+    view_.request_query_indptr = reinterpret_cast<const std::int32_t*>(at(o_rqi));
+    view_.request_tail_segment = reinterpret_cast<const std::int32_t*>(at(o_rts));
+    view_.request_kv_length = reinterpret_cast<const std::int64_t*>(at(o_rkl));
+    view_.request_query_position = reinterpret_cast<const std::int64_t*>(at(o_rqp));
+    view_.request_rope_length = reinterpret_cast<const std::int64_t*>(at(o_rrl));
+    view_.segment_page_indptr = reinterpret_cast<const std::int32_t*>(at(o_spi));
+    view_.segment_length = reinterpret_cast<const std::int32_t*>(at(o_sl));
+    view_.segment_start = reinterpret_cast<const std::int64_t*>(at(o_ss));
+    view_.segment_form = reinterpret_cast<const std::uint8_t*>(at(o_sf));
+    view_.segment_kind = reinterpret_cast<const std::uint8_t*>(at(o_sk));
+    view_.page_ids = reinterpret_cast<const std::int32_t*>(at(o_pid));
+    sched_.tile_keys = sched.tile_keys;
+    sched_.num_tiles = sched.num_tiles;
+    sched_.num_work = sched.num_work();
+    sched_.num_partials = sched.num_partials;
+    sched_.max_splits = sched.max_splits;
+    sched_.tile_segment = reinterpret_cast<const std::int32_t*>(at(o_ts));
+    sched_.tile_key_begin = reinterpret_cast<const std::int32_t*>(at(o_tkb));
+    sched_.work_request = reinterpret_cast<const std::int32_t*>(at(o_wr));
+    sched_.work_tile_begin = reinterpret_cast<const std::int32_t*>(at(o_wtb));
+    sched_.work_tile_end = reinterpret_cast<const std::int32_t*>(at(o_wte));
+    sched_.work_split = reinterpret_cast<const std::int32_t*>(at(o_ws));
+    sched_.request_num_splits = reinterpret_cast<const std::int32_t*>(at(o_rns));
+    sched_.request_partial_offset = reinterpret_cast<const std::int32_t*>(at(o_rpo));
+  }
+
+  const PlanView& view() const { return view_; }
+  const DecodeScheduleView& schedule() const { return sched_; }
+
+ private:
+  // Lays arrays out back to back, each 16-byte aligned.
+  struct Packer {
+    struct Part {
+      const void* src;
+      std::size_t bytes;
+      std::size_t offset;
+    };
+    std::vector<Part> parts;
+    std::size_t size = 0;
+    template <class T>
+    std::size_t add(const std::vector<T>& v) {
+      std::size_t off = (size + 15) & ~std::size_t{15};
+      parts.push_back({v.data(), v.size() * sizeof(T), off});
+      size = off + v.size() * sizeof(T);
+      return off;
+    }
+    void write(std::byte* dst) const {
+      for (const Part& p : parts)
+        if (p.bytes) std::memcpy(dst + p.offset, p.src, p.bytes);
+    }
+  };
+
+  PlanView view_;
+  DecodeScheduleView sched_;
+  DeviceBuffer<std::byte> buffer_;
+  void* staging_ = nullptr;
+  std::size_t staging_bytes_ = 0;
+  cudaEvent_t ready_ = nullptr;
+};
+
+}  // namespace lazyattn::cuda

@@ -1,0 +1,93 @@
+// DeviceRope: RoPE frequencies on the device (Q0.64 turns per position) plus the cos/sin table of
+// in-tile offsets that key-side (raw form) rotation combines with one exact angle per tile.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "lazyattn/cuda/common.cuh"
+#include "lazyattn/kv/plan.hpp"
+#include "lazyattn/rope/policy.hpp"
+
+namespace lazyattn::cuda {
+
+// What kernels read. A "set" is one resolved frequency set; length-dependent schedules (dynamic,
+// longrope) get one per request, the rest share set 0.
+struct RopeView {
+  const std::uint64_t* turns = nullptr;  // [num_sets, rotary_dim / 2]
+  const float2* offset_cs = nullptr;     // [num_sets, offset_rows, rotary_dim / 2]: cos/sin(t w_j)
+  std::int32_t per_request = 0;          // 1: set index = request, 0: set 0 for all
+  std::int32_t rotary_dim = 0;
+  std::int32_t offset_rows = 0;
+  std::int32_t interleaved = 0;  // PairLayout::kInterleaved
+  float query_scale = 1.0f;      // attention_factor^2 on the query's rotary dims
+};
+
+class DeviceRope {
+ public:
+  // offset_rows: how many in-tile offsets the key-side table covers (the kernels' tile size).
+  explicit DeviceRope(const RopePolicy& policy, int offset_rows = 64)
+      : policy_(policy), offset_rows_(offset_rows) {
+    const RopeFrequencies& f = policy.base_frequencies();
+    view_.rotary_dim = f.rotary_dim;
+    view_.offset_rows = offset_rows;
+    view_.interleaved = f.pair_layout == PairLayout::kInterleaved ? 1 : 0;
+    view_.query_scale = static_cast<float>(f.query_scale());
+    if (!policy.depends_on_length()) upload_sets({f}, nullptr);
+  }
+
+  // For length-dependent schedules: one frequency set per request of the plan (host work and an
+  // async copy). A no-op for the others.
+  void prepare(const Plan& plan, cudaStream_t stream = nullptr) {
+    if (!policy_.depends_on_length()) return;
+    std::vector<RopeFrequencies> sets;
+    sets.reserve(static_cast<std::size_t>(plan.num_requests()));
+    for (std::int32_t b = 0; b < plan.num_requests(); ++b)
+      sets.push_back(policy_.frequencies(plan.request_rope_length[b]));
+    upload_sets(sets, stream);
+  }
+
+  const RopeView& view() const { return view_; }
+  const RopePolicy& policy() const { return policy_; }
+
+ private:
+  void upload_sets(const std::vector<RopeFrequencies>& sets, cudaStream_t stream) {
+    const int half = view_.rotary_dim / 2;
+    host_turns_.assign(sets.size() * half, 0);
+    host_cs_.assign(sets.size() * static_cast<std::size_t>(offset_rows_) * half, float2{});
+    for (std::size_t s = 0; s < sets.size(); ++s) {
+      for (int j = 0; j < half; ++j) {
+        host_turns_[s * half + j] = sets[s].turns[j];
+        for (int t = 0; t < offset_rows_; ++t) {
+          rope::CosSin cs = rope::cos_sin(t, sets[s].turns[j]);
+          host_cs_[(s * offset_rows_ + t) * half + j] =
+              make_float2(static_cast<float>(cs.cos), static_cast<float>(cs.sin));
+        }
+      }
+    }
+    turns_.reserve(host_turns_.size());
+    cs_.reserve(host_cs_.size());
+    // Synchronous copies from pageable memory: frequency sets change only with a new plan.
+    LAZYATTN_CUDA_CHECK(cudaMemcpyAsync(turns_.data(), host_turns_.data(),
+                                        host_turns_.size() * sizeof(std::uint64_t),
+                                        cudaMemcpyHostToDevice, stream));
+    LAZYATTN_CUDA_CHECK(cudaMemcpyAsync(cs_.data(), host_cs_.data(),
+                                        host_cs_.size() * sizeof(float2), cudaMemcpyHostToDevice,
+                                        stream));
+    view_.turns = turns_.data();
+    view_.offset_cs = cs_.data();
+    view_.per_request = policy_.depends_on_length() ? 1 : 0;
+  }
+
+  RopePolicy policy_;
+  int offset_rows_;
+  RopeView view_;
+  std::vector<std::uint64_t> host_turns_;
+  std::vector<float2> host_cs_;
+  DeviceBuffer<std::uint64_t> turns_;
+  DeviceBuffer<float2> cs_;
+};
+
+}  // namespace lazyattn::cuda

@@ -1,0 +1,134 @@
+// Writing K/V tokens into pool pages on the device, in raw form (copied) or local form (K rotated
+// at a given position, normally the token's index within its document or tail).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "lazyattn/cuda/common.cuh"
+#include "lazyattn/cuda/device_pool.cuh"
+#include "lazyattn/cuda/device_rope.cuh"
+#include "lazyattn/cuda/ptx.cuh"
+#include "lazyattn/cuda/rope.cuh"
+#include "lazyattn/kv/store.hpp"
+#include "lazyattn/rope/rotate.hpp"
+
+namespace lazyattn::cuda {
+
+// Where each token goes: page id and slot, and (local form) the position K is rotated at.
+struct TokenDestinations {
+  std::vector<std::int32_t> page;
+  std::vector<std::int32_t> slot;
+  std::vector<std::int64_t> rotate_position;  // empty: raw form, K copied unrotated
+};
+
+// Destinations of tokens [first, first + count) of a page list, rotated (local form) at their
+// index within the list plus `position_offset`, or not rotated (raw form).
+inline TokenDestinations token_destinations(std::span<const std::int32_t> pages, int page_size,
+                                            std::int64_t first, std::int64_t count,
+                                            StorageForm form, std::int64_t position_offset = 0) {
+  LAZYATTN_CHECK(first >= 0 && count >= 0 &&
+                     first + count <= static_cast<std::int64_t>(pages.size()) * page_size,
+                 "token_destinations: tokens [", first, ", ", first + count, ") run past ",
+                 pages.size(), " pages of ", page_size);
+  TokenDestinations d;
+  d.page.resize(static_cast<std::size_t>(count));
+  d.slot.resize(static_cast<std::size_t>(count));
+  if (form == StorageForm::kLocal) d.rotate_position.resize(static_cast<std::size_t>(count));
+  for (std::int64_t i = 0; i < count; ++i) {
+    std::int64_t tok = first + i;
+    d.page[i] = pages[static_cast<std::size_t>(tok / page_size)];
+    d.slot[i] = static_cast<std::int32_t>(tok % page_size);
+    if (form == StorageForm::kLocal) d.rotate_position[i] = tok + position_offset;
+  }
+  return d;
+}
+
+namespace detail {
+
+struct PageWriteParams {
+  const void* k_in;  // [num_tokens, num_kv_heads, head_dim]
+  const void* v_in;
+  void* k_pool;  // layer base
+  void* v_pool;
+  const std::int32_t* page;
+  const std::int32_t* slot;
+  const std::int64_t* maybe_rotate_position;
+  RopeView rope;
+  std::int64_t page_stride;
+  std::int64_t head_stride;
+  std::int32_t num_tokens;
+  std::int32_t num_kv_heads;
+  std::int32_t head_dim;
+};
+
+// One block per token; threads over (head, pair) for K and (head, dim) for V.
+template <class T>
+__global__ void page_write_kernel(const __grid_constant__ PageWriteParams p) {
+  const int tok = blockIdx.x;
+  const int D = p.head_dim, H = p.num_kv_heads;
+  const std::int64_t dst_tok = p.page[tok] * p.page_stride + static_cast<std::int64_t>(p.slot[tok]) * D;
+  const T* k_in = static_cast<const T*>(p.k_in) + static_cast<std::int64_t>(tok) * H * D;
+  const T* v_in = static_cast<const T*>(p.v_in) + static_cast<std::int64_t>(tok) * H * D;
+  T* k_out = static_cast<T*>(p.k_pool) + dst_tok;
+  T* v_out = static_cast<T*>(p.v_pool) + dst_tok;
+  const int r = p.rope.rotary_dim;
+  for (int i = threadIdx.x; i < H * D; i += blockDim.x) {
+    int h = i / D, d = i % D;
+    v_out[h * p.head_stride + d] = v_in[i];
+    if (!p.maybe_rotate_position || d >= r) {
+      k_out[h * p.head_stride + d] = k_in[i];
+      continue;
+    }
+    // This thread writes dimension d; its pair partner and pair index follow the layout.
+    int j, partner;
+    bool first;
+    if (p.rope.interleaved) {
+      j = d >> 1;
+      first = (d & 1) == 0;
+      partner = first ? d + 1 : d - 1;
+    } else {
+      first = d < r / 2;
+      j = first ? d : d - r / 2;
+      partner = first ? d + r / 2 : d - r / 2;
+    }
+    float2 cs = rope_cos_sin(p.maybe_rotate_position[tok], p.rope.turns[j]);
+    float x = ptx::to_f32(k_in[h * D + d]);
+    float y = ptx::to_f32(k_in[h * D + partner]);
+    float out = first ? x * cs.x - y * cs.y : x * cs.x + y * cs.y;
+    k_out[h * p.head_stride + d] = ptx::from_f32<T>(out);
+  }
+}
+
+}  // namespace detail
+
+// Writes tokens (K, V: [num_tokens, num_kv_heads, head_dim] device arrays of the pool's dtype)
+// into one layer of the pool. dst_page/dst_slot/maybe_rotate_position are device arrays (upload a
+// TokenDestinations); a null rotate array means raw form. The rope frequencies must not depend on
+// the request length when rotating (local form).
+inline void write_tokens(DevicePool& pool, int layer, const void* k, const void* v,
+                         std::int32_t num_tokens, const std::int32_t* dst_page,
+                         const std::int32_t* dst_slot, const std::int64_t* maybe_rotate_position,
+                         const DeviceRope& rope, cudaStream_t stream = nullptr) {
+  const char* w = "cuda::write_tokens";
+  LAZYATTN_CHECK(num_tokens >= 0, w, ": num_tokens ", num_tokens, ", expected >= 0");
+  if (num_tokens == 0) return;
+  if (maybe_rotate_position) {
+    rope.policy().check_form(StorageForm::kLocal, w);
+    LAZYATTN_CHECK(rope.policy().head_dim() == pool.geometry().head_dim, w, ": rope head_dim ",
+                   rope.policy().head_dim(), ", expected the pool's ", pool.geometry().head_dim);
+  }
+  detail::PageWriteParams p{k,        v,         pool.k_layer(layer), pool.v_layer(layer),
+                            dst_page, dst_slot,  maybe_rotate_position, rope.view(),
+                            pool.geometry().page_stride(), pool.geometry().head_stride(),
+                            num_tokens, pool.geometry().num_kv_heads, pool.geometry().head_dim};
+  dispatch_dtype(pool.dtype(), [&](auto tag) {
+    using T = device_type_t<decltype(tag)>;
+    detail::page_write_kernel<T><<<num_tokens, 256, 0, stream>>>(p);
+    LAZYATTN_CUDA_CHECK_LAUNCH();
+  });
+}
+
+}  // namespace lazyattn::cuda

@@ -1,0 +1,23 @@
+// RoPE on the device: cos/sin of an exactly reduced angle (rope/angle.hpp's Q0.64 turns).
+//
+// The wrapping 64-bit product position * turns is the angle modulo one turn, exactly. Its top bits,
+// read as a signed fraction in [-1/2, 1/2), go to float (abs error 2^-25 turns) and sincospif
+// (about one ulp), so cos/sin are within ~3e-7 of float64 truth at every int64 position.
+#pragma once
+
+#include <cstdint>
+
+#include "lazyattn/rope/angle.hpp"
+
+namespace lazyattn::cuda {
+
+__device__ __forceinline__ float2 rope_cos_sin(std::int64_t position, std::uint64_t turns) {
+  std::uint64_t a = rope::angle_turns_q64(position, turns);
+  // Signed top 32 bits, scaled by 2^-31: a fraction of a half-turn in [-1, 1), for sincospif.
+  float half_turns = static_cast<float>(static_cast<std::int32_t>(a >> 32)) * 0x1p-31f;
+  float s, c;
+  sincospif(half_turns, &s, &c);
+  return make_float2(c, s);
+}
+
+}  // namespace lazyattn::cuda

@@ -1,0 +1,108 @@
+// Split-KV work schedule for the decode kernel, built on the host from a Plan (host-safe header).
+//
+// Each request's keys are cut into tiles of `tile_keys` keys that never cross a segment (a tile
+// belongs to one segment, so one query rotation and one storage form serve the whole tile, and
+// starts on a page boundary). A work item is a run of consecutive tiles of one request for one KV
+// head; a request split into S items leaves S partial (output, log-sum-exp) states that a merge
+// kernel combines. The split count is chosen so the grid fills every multiprocessor.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+#include "lazyattn/error.hpp"
+#include "lazyattn/kv/plan.hpp"
+
+namespace lazyattn::cuda {
+
+struct DecodeSchedule {
+  int tile_keys = 64;
+  std::int32_t num_tiles = 0;
+  std::int32_t num_partials = 0;  // partial states over all split requests
+  std::int32_t max_splits = 1;
+  // Per tile: its segment (global index) and its first key within that segment.
+  std::vector<std::int32_t> tile_segment;
+  std::vector<std::int32_t> tile_key_begin;
+  // Per work item (one CTA per item and KV head): request, tile range, split index.
+  std::vector<std::int32_t> work_request;
+  std::vector<std::int32_t> work_tile_begin;
+  std::vector<std::int32_t> work_tile_end;
+  std::vector<std::int32_t> work_split;
+  // Per request: number of splits and where its partial states start (-1 when unsplit).
+  std::vector<std::int32_t> request_num_splits;
+  std::vector<std::int32_t> request_partial_offset;
+
+  std::int32_t num_work() const { return static_cast<std::int32_t>(work_request.size()); }
+};
+
+struct ScheduleOptions {
+  int tile_keys = 64;
+  int num_sms = 132;
+  int ctas_per_sm = 2;
+  int min_tiles_per_split = 2;  // below ~128 keys, merging costs more than the parallelism saves
+  int forced_splits = 0;        // > 0: exactly this many splits per request (clamped to its tiles)
+};
+
+inline DecodeSchedule make_decode_schedule(const Plan& plan, int num_kv_heads,
+                                           const ScheduleOptions& opt = {}) {
+  const char* w = "make_decode_schedule";
+  LAZYATTN_CHECK(opt.tile_keys >= 16 && opt.tile_keys % 16 == 0, w, ": tile_keys ", opt.tile_keys,
+                 ", expected a positive multiple of 16");
+  LAZYATTN_CHECK(num_kv_heads >= 1, w, ": num_kv_heads ", num_kv_heads, ", expected >= 1");
+  LAZYATTN_CHECK(opt.forced_splits >= 0, w, ": forced_splits ", opt.forced_splits,
+                 ", expected >= 0");
+  DecodeSchedule s;
+  s.tile_keys = opt.tile_keys;
+  const std::int32_t B = plan.num_requests();
+  std::vector<std::int64_t> request_tiles(static_cast<std::size_t>(B), 0);
+  std::vector<std::int32_t> request_tile_begin(static_cast<std::size_t>(B) + 1, 0);
+  for (std::int32_t b = 0; b < B; ++b) {
+    for (std::int32_t seg = plan.request_segment_indptr[b]; seg < plan.request_segment_indptr[b + 1];
+         ++seg) {
+      for (std::int32_t k = 0; k < plan.segment_length[seg]; k += opt.tile_keys) {
+        s.tile_segment.push_back(seg);
+        s.tile_key_begin.push_back(k);
+      }
+    }
+    LAZYATTN_CHECK(s.tile_segment.size() < (std::size_t{1} << 31), w,
+                   ": more than 2^31 - 1 tiles in one plan");
+    request_tile_begin[b + 1] = static_cast<std::int32_t>(s.tile_segment.size());
+    request_tiles[b] = request_tile_begin[b + 1] - request_tile_begin[b];
+  }
+  s.num_tiles = static_cast<std::int32_t>(s.tile_segment.size());
+
+  // Tiles per split: spread the tile-heads of the whole batch over about two waves of CTAs.
+  std::int64_t chunk = 0;
+  if (opt.forced_splits == 0) {
+    std::int64_t target_ctas = static_cast<std::int64_t>(opt.num_sms) * opt.ctas_per_sm * 2;
+    std::int64_t tile_heads = static_cast<std::int64_t>(s.num_tiles) * num_kv_heads;
+    chunk = std::max<std::int64_t>(opt.min_tiles_per_split,
+                                   (tile_heads + target_ctas - 1) / target_ctas);
+  }
+  s.request_num_splits.resize(static_cast<std::size_t>(B));
+  s.request_partial_offset.resize(static_cast<std::size_t>(B));
+  for (std::int32_t b = 0; b < B; ++b) {
+    std::int64_t tiles = request_tiles[b];
+    std::int64_t splits = opt.forced_splits > 0 ? std::min<std::int64_t>(opt.forced_splits, tiles)
+                                                : (tiles + chunk - 1) / chunk;
+    splits = std::max<std::int64_t>(splits, 1);
+    s.request_num_splits[b] = static_cast<std::int32_t>(splits);
+    s.request_partial_offset[b] = splits > 1 ? s.num_partials : -1;
+    if (splits > 1) s.num_partials += static_cast<std::int32_t>(splits);
+    s.max_splits = std::max<std::int32_t>(s.max_splits, static_cast<std::int32_t>(splits));
+    // Even split of the request's tiles: the first (tiles % splits) items get one more.
+    std::int64_t base = tiles / splits, extra = tiles % splits, t = request_tile_begin[b];
+    for (std::int64_t i = 0; i < splits; ++i) {
+      std::int64_t n = base + (i < extra ? 1 : 0);
+      s.work_request.push_back(b);
+      s.work_tile_begin.push_back(static_cast<std::int32_t>(t));
+      s.work_tile_end.push_back(static_cast<std::int32_t>(t + n));
+      s.work_split.push_back(static_cast<std::int32_t>(i));
+      t += n;
+    }
+  }
+  return s;
+}
+
+}  // namespace lazyattn::cuda
