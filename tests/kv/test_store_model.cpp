@@ -89,7 +89,11 @@ class StoreModel {
 
   void run() {
     for (op_ = 0; op_ < ops_; ++op_) {
-      step();
+      try {
+        step();
+      } catch (const Error& e) {
+        fail("unexpected lazyattn::Error: {}", e.what());
+      }
       check_light();
       if (op_ % kFullCheckPeriod == 0) check_full();
       ++cov_.ops;
