@@ -7,6 +7,7 @@
 // a config with two different "rope_theta" entries is better refused than guessed at).
 #pragma once
 
+#include <algorithm>
 #include <charconv>
 #include <cstddef>
 #include <cstdint>
@@ -255,12 +256,47 @@ class Parser {
     v.kind = Kind::kNumber;
     // from_chars rounds correctly (round to nearest) and, unlike strtod, ignores the C locale.
     auto [ptr, ec] = std::from_chars(first, last, v.number);
-    if (ec == std::errc::result_out_of_range) fail_at(start, "a number within the range of double");
-    if (ec != std::errc() || ptr != last) fail_at(start, "a number");
+    if (ec == std::errc::result_out_of_range && ptr == last) {
+      // Too large fails; too small reads as zero, as Python's json does for 1e-400 (values in the
+      // subnormal range, which from_chars may also report as out of range, become zero too).
+      if (decimal_exponent(first, last) > 0) fail_at(start, "a number within the range of double");
+      v.number = *first == '-' ? -0.0 : 0.0;
+    } else if (ec != std::errc() || ptr != last) {
+      fail_at(start, "a number");
+    }
     if (integral) {
       auto [iptr, iec] = std::from_chars(first, last, v.integer);
       v.is_integer = iec == std::errc() && iptr == last;
     }
+  }
+
+  // Roughly log10 of a valid, non-zero number literal's magnitude; only its sign is used, to tell
+  // overflow from underflow.
+  static std::int64_t decimal_exponent(const char* first, const char* last) {
+    const char* p = first;
+    if (*p == '-') ++p;
+    std::int64_t digits_before_point = 0;
+    bool seen_nonzero = false;
+    for (; p != last && *p >= '0' && *p <= '9'; ++p) {
+      seen_nonzero = seen_nonzero || *p != '0';
+      if (seen_nonzero) ++digits_before_point;
+    }
+    std::int64_t leading_fraction_zeros = 0;
+    if (p != last && *p == '.') {
+      for (++p; p != last && *p >= '0' && *p <= '9'; ++p) {
+        if (!seen_nonzero && *p == '0') ++leading_fraction_zeros;
+        seen_nonzero = seen_nonzero || *p != '0';
+      }
+    }
+    std::int64_t exponent = 0;
+    if (p != last && (*p == 'e' || *p == 'E')) {
+      ++p;
+      bool negative = *p == '-';
+      if (*p == '-' || *p == '+') ++p;
+      for (; p != last; ++p) exponent = std::min<std::int64_t>(exponent * 10 + (*p - '0'), 1 << 30);
+      if (negative) exponent = -exponent;
+    }
+    return exponent + (digits_before_point > 0 ? digits_before_point : -leading_fraction_zeros);
   }
 
   unsigned parse_hex4() {
