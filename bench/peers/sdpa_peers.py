@@ -113,7 +113,7 @@ def main():
     out = {"device": props.name, "sms": props.multi_processor_count, "torch": torch.__version__,
            "cudnn": torch.backends.cudnn.version(), "rows": []}
     out["rows"].append(copy_case(quick))
-    for b, l in ((1, 32768), (16, 16384), (64, 4096), (128, 8192), (1, 10272)):
+    for b, l in ((1, 32768), (16, 16384), (64, 4096), (128, 8192), (64, 10272), (1, 10272)):
         out["rows"].append(decode_case(b, l, quick))
     out["rows"].append(prefill_case("rag_tail", 512, 16 * 512 + 512, False, quick))
     out["rows"].append(prefill_case("encode_4096", 4096, 4096, True, quick))

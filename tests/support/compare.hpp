@@ -7,9 +7,19 @@
 #include <span>
 #include <string>
 
-#include <fmt/format.h>
+#include <cstdio>
 
 namespace lazyattn::test {
+
+// printf-style formatting into a std::string. Not fmt: this header is also compiled by nvcc,
+// whose front end cannot run fmt's compile-time format checks.
+template <class... Args>
+std::string format(const char* spec, Args... args) {
+  int n = std::snprintf(nullptr, 0, spec, args...);
+  std::string out(static_cast<std::size_t>(n > 0 ? n : 0), '\0');
+  if (n > 0) std::snprintf(out.data(), out.size() + 1, spec, args...);
+  return out;
+}
 
 struct Tolerance {
   double atol = 0;
@@ -30,7 +40,7 @@ Comparison compare(std::span<const Got> got, std::span<const Ref> ref, Tolerance
   Comparison c;
   if (got.size() != ref.size()) {
     c.ok = false;
-    c.report = fmt::format("size mismatch: got {} elements, reference {}", got.size(), ref.size());
+    c.report = format("size mismatch: got %zu elements, reference %zu", got.size(), ref.size());
     return c;
   }
   for (std::size_t i = 0; i < got.size(); ++i) {
@@ -42,15 +52,16 @@ Comparison compare(std::span<const Got> got, std::span<const Ref> ref, Tolerance
     if (std::isfinite(err) && err > c.max_abs_error) c.max_abs_error = err;
     if (!good) {
       if (c.mismatches < max_listed) {
-        c.report += fmt::format("  [{}] ref {:.9g} got {:.9g} (|diff| {:.3g})\n", i, r, g, err);
+        c.report += format("  [%zu] ref %.9g got %.9g (|diff| %.3g)\n", i, r, g, err);
       }
       ++c.mismatches;
     }
   }
   c.ok = c.mismatches == 0;
   if (!c.ok) {
-    c.report = fmt::format("{} of {} elements out of tolerance (atol {:g}, rtol {:g}), first:\n{}",
-                           c.mismatches, c.checked, tol.atol, tol.rtol, c.report);
+    c.report = format("%zu of %zu elements out of tolerance (atol %g, rtol %g), first:\n",
+                      c.mismatches, c.checked, tol.atol, tol.rtol) +
+               c.report;
   }
   return c;
 }

@@ -7,6 +7,7 @@ namespace lazyattn::test {
 
 struct Options {
   std::int64_t store_ops = 100000;
+  int cuda_cases = 48;  // scenarios in the CUDA sweeps (small under compute-sanitizer)
 };
 
 inline Options& options() {

@@ -10,6 +10,36 @@
 #include "lazyattn/kv/store.hpp"
 
 namespace lazyattn::cuda {
+namespace detail {
+
+// Fills n elements with a hash of (seed, index) mapped to [-1, 1): deterministic, never zero
+// everywhere, and cheap enough to fill gigabytes for benchmarks.
+template <class T>
+__global__ void fill_uniform_kernel(T* data, std::int64_t n, std::uint64_t seed) {
+  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+    std::uint64_t x = (static_cast<std::uint64_t>(i) + seed) * 0x9e3779b97f4a7c15ull;
+    x ^= x >> 31;
+    x *= 0xbf58476d1ce4e5b9ull;
+    x ^= x >> 29;
+    float u = static_cast<float>(x >> 40) * 0x1p-23f - 1.0f;
+    if constexpr (std::is_same_v<T, float>) data[i] = u;
+    else if constexpr (std::is_same_v<T, __nv_bfloat16>) data[i] = __float2bfloat16_rn(u);
+    else data[i] = __float2half_rn(u);
+  }
+}
+
+}  // namespace detail
+
+// Fills a device array of `count` elements of `dtype` with hashed uniform values in [-1, 1).
+inline void fill_uniform(void* data, DType dtype, std::int64_t count, std::uint64_t seed,
+                         cudaStream_t stream = nullptr) {
+  dispatch_dtype(dtype, [&](auto tag) {
+    using T = device_type_t<decltype(tag)>;
+    detail::fill_uniform_kernel<T><<<1024, 256, 0, stream>>>(static_cast<T*>(data), count, seed);
+    LAZYATTN_CUDA_CHECK_LAUNCH();
+  });
+}
 
 class DevicePool {
  public:
@@ -32,6 +62,13 @@ class DevicePool {
   void* v_layer(int layer) { return v_.data() + layer_offset_bytes(layer); }
   const void* k_layer(int layer) const { return k_.data() + layer_offset_bytes(layer); }
   const void* v_layer(int layer) const { return v_.data() + layer_offset_bytes(layer); }
+
+  // Fills every page of both pools with hashed uniform values (benchmarks: no host traffic).
+  void fill_uniform(std::uint64_t seed, cudaStream_t stream = nullptr) {
+    std::int64_t n = geometry_.elements();
+    cuda::fill_uniform(k_.data(), config_.dtype, n, seed, stream);
+    cuda::fill_uniform(v_.data(), config_.dtype, n, seed ^ 0x5bd1e995ull, stream);
+  }
 
   // Copies pages (every layer and head) from the host store's pool to the same page ids here.
   void upload_pages(const KvStore& store, std::span<const std::int32_t> pages,
@@ -77,8 +114,9 @@ class DevicePool {
     const KvStoreConfig& c = store.config();
     LAZYATTN_CHECK(c.num_layers == config_.num_layers && c.num_kv_heads == config_.num_kv_heads &&
                        c.head_dim == config_.head_dim && c.page_size == config_.page_size &&
-                       c.num_pages == config_.num_pages && c.dtype == config_.dtype,
-                   where, ": the store's geometry differs from the device pool's");
+                       c.num_pages <= config_.num_pages && c.dtype == config_.dtype,
+                   where, ": the store's geometry differs from the device pool's (a device pool "
+                   "may have more pages than the store, nothing else may differ)");
   }
 
   template <class Copy>

@@ -1,0 +1,155 @@
+#!/usr/bin/env python3
+"""Joins our Google Benchmark JSON with the peers' JSON (bench/peers/sdpa_peers.py) measured in the
+same call: one table (markdown), one JSON with every ratio, and plots.
+
+    python3 bench/report.py --decode bench_decode.json --peers peers.json --out DIR \
+        [--commit SHA] [--date YYYY-MM-DD]
+Medians throughout (Google Benchmark's *_median aggregates; the peers' medians).
+"""
+import argparse
+import json
+import os
+import re
+
+
+def medians(path):
+    """name -> the median aggregate row of a Google Benchmark JSON file."""
+    with open(path) as f:
+        data = json.load(f)
+    rows = {}
+    for b in data["benchmarks"]:
+        if b.get("aggregate_name") == "median":
+            rows[b["run_name"]] = b
+    return data.get("context", {}), rows
+
+
+def decode_table(ours, peers):
+    copy = next(r for r in peers["rows"] if r["kind"] == "copy")["tbps"]
+    peer_decode = {(r["batch"], r["context"]): r for r in peers["rows"] if r["kind"] == "decode"}
+    shapes = {}
+    for name, row in ours.items():
+        m = re.match(r"decode/B(\d+)_L(\d+)_(rag|single)/(\w+)", name)
+        if not m:
+            continue
+        key = (int(m[1]), int(m[2]), m[3])
+        shapes.setdefault(key, {})[m[4]] = row
+    out = []
+    for (b, l, layout), modes in sorted(shapes.items()):
+        tb = {k: v["TBps"] for k, v in modes.items()}
+        us = {k: v["real_time"] for k, v in modes.items()}
+        p = peer_decode.get((b, l), {})
+        r = {"batch": b, "context": l, "layout": layout, "copy_tbps": copy,
+             "ours_tbps": tb, "ours_us": us, "splits": modes.get("local", {}).get("splits"),
+             "cudnn_tbps": p.get("cudnn_tbps"), "flash_tbps": p.get("flash_tbps")}
+        loc = tb.get("local")
+        if loc:
+            if r["cudnn_tbps"]:
+                r["local_vs_cudnn"] = loc / r["cudnn_tbps"]
+            if r["flash_tbps"]:
+                r["local_vs_flash"] = loc / r["flash_tbps"]
+            r["local_vs_copy"] = loc / copy
+            if tb.get("rope_off"):
+                r["rope_overhead_local"] = us["local"] / us["rope_off"] - 1.0
+                if tb.get("raw"):
+                    r["rope_overhead_raw"] = us["raw"] / us["rope_off"] - 1.0
+        out.append(r)
+    # RAG vs a single segment of the same length, same batch.
+    for r in out:
+        if r["layout"] == "rag":
+            single = next((s for s in out if s["layout"] == "single" and s["batch"] == r["batch"]
+                           and s["context"] == r["context"]), None)
+            if single and "local" in single["ours_us"]:
+                r["rag_vs_single_time"] = r["ours_us"]["local"] / single["ours_us"]["local"]
+    return out
+
+
+def fmt(x, spec="{:.2f}"):
+    return "-" if x is None else spec.format(x)
+
+
+def markdown(rows, meta):
+    lines = [f"Decode, {meta['device']}, commit {meta['commit']}, {meta['date']}; medians; "
+             f"TB/s = bytes of K and V read / time; copy = {rows[0]['copy_tbps']:.2f} TB/s "
+             "(read + write of an 8 GB device copy, same call).", "",
+             "| batch x context | layout | splits | local | raw | RoPE off | cuDNN | flash | "
+             "local / cuDNN | local / copy | RoPE overhead local / raw | RAG / single time |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        tb = r["ours_tbps"]
+        lines.append(
+            f"| {r['batch']} x {r['context']} | {r['layout']} | {fmt(r['splits'], '{:.0f}')} | "
+            f"{fmt(tb.get('local'))} | {fmt(tb.get('raw'))} | {fmt(tb.get('rope_off'))} | "
+            f"{fmt(r['cudnn_tbps'])} | {fmt(r['flash_tbps'])} | {fmt(r.get('local_vs_cudnn'))}x | "
+            f"{fmt(r.get('local_vs_copy'), '{:.1%}')} | "
+            f"{fmt(r.get('rope_overhead_local'), '{:+.1%}')} / "
+            f"{fmt(r.get('rope_overhead_raw'), '{:+.1%}')} | "
+            f"{fmt(r.get('rag_vs_single_time'), '{:.3f}')} |")
+    lines.append("")
+    lines.append("Block-Attention re-encode (copy every document re-rotated into private pages), "
+                 "TB/s of bytes moved (read + write):")
+    lines.append("")
+    lines.append("| batch x context | layout | re-encode TB/s | re-encode us | decode (local) us |")
+    lines.append("|---|---|---|---|---|")
+    for r in rows:
+        if "reencode" in r["ours_tbps"]:
+            lines.append(f"| {r['batch']} x {r['context']} | {r['layout']} | "
+                         f"{fmt(r['ours_tbps']['reencode'])} | {fmt(r['ours_us']['reencode'], '{:.1f}')}"
+                         f" | {fmt(r['ours_us'].get('local'), '{:.1f}')} |")
+    return "\n".join(lines) + "\n"
+
+
+def plot(rows, path, meta):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    rows = [r for r in rows if r["layout"] == "single" or r["batch"] > 1]
+    labels = [f"{r['batch']}x{r['context']}" + (" rag" if r["layout"] == "rag" else "") for r in rows]
+    series = [("ours local", [r["ours_tbps"].get("local") or 0 for r in rows]),
+              ("ours raw", [r["ours_tbps"].get("raw") or 0 for r in rows]),
+              ("ours RoPE off", [r["ours_tbps"].get("rope_off") or 0 for r in rows]),
+              ("cuDNN (no RoPE)", [r["cudnn_tbps"] or 0 for r in rows]),
+              ("flash (no RoPE)", [r["flash_tbps"] or 0 for r in rows])]
+    fig, ax = plt.subplots(figsize=(10, 4.5))
+    w = 0.16
+    for i, (name, vals) in enumerate(series):
+        ax.bar([x + (i - 2) * w for x in range(len(rows))], vals, w, label=name)
+    ax.axhline(rows[0]["copy_tbps"], color="k", ls="--", lw=1, label="device copy")
+    ax.set_xticks(range(len(rows)))
+    ax.set_xticklabels(labels)
+    ax.set_ylabel("TB/s (K+V bytes / time)")
+    ax.set_title(f"Decode on {meta['device']}, Llama-3-8B heads, bf16, page 16 ({meta['date']})")
+    ax.legend(fontsize=8, ncol=3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--decode", required=True)
+    ap.add_argument("--peers", required=True)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--commit", default=os.environ.get("LAZYATTN_COMMIT", "unknown"))
+    ap.add_argument("--date", default=os.environ.get("LAZYATTN_DATE", "unknown"))
+    a = ap.parse_args()
+    ctx, ours = medians(a.decode)
+    with open(a.peers) as f:
+        peers = json.load(f)
+    meta = {"device": peers.get("device", "unknown"), "commit": a.commit, "date": a.date,
+            "torch": peers.get("torch"), "cudnn": peers.get("cudnn"),
+            "benchmark_context": ctx}
+    rows = decode_table(ours, peers)
+    os.makedirs(a.out, exist_ok=True)
+    with open(os.path.join(a.out, "decode_report.json"), "w") as f:
+        json.dump({"meta": meta, "decode": rows, "peers": peers}, f, indent=1)
+    md = markdown(rows, meta)
+    with open(os.path.join(a.out, "decode_report.md"), "w") as f:
+        f.write(md)
+    print(md)
+    try:
+        plot(rows, os.path.join(a.out, "decode.png"), meta)
+    except ImportError as e:
+        print(f"no plot: {e}")
+
+
+if __name__ == "__main__":
+    main()

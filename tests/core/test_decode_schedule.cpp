@@ -1,0 +1,116 @@
+// Tests for the decode split schedule (cuda/lazyattn/cuda/schedule.hpp, a host-safe header): tiles
+// never cross segments, splits cover every tile exactly once, partial slots are dense, and the
+// heuristic fills the GPU at batch 1 without splitting large batches.
+#include <catch2/catch.hpp>
+
+#include <numeric>
+#include <vector>
+
+#include "lazyattn/cuda/schedule.hpp"
+#include "lazyattn/lazyattn.hpp"
+
+using namespace lazyattn;
+
+namespace {
+
+// A plan with the given segment lengths per request (plan arrays only; no store needed).
+Plan plan_of(const std::vector<std::vector<std::int32_t>>& lengths) {
+  Plan p;
+  p.page_size = 16;
+  for (const auto& req : lengths) {
+    for (std::int32_t l : req) {
+      p.segment_length.push_back(l);
+      p.segment_start.push_back(0);
+      p.segment_form.push_back(0);
+      p.segment_kind.push_back(0);
+      for (std::int32_t i = 0; i < (l + 15) / 16; ++i) p.page_ids.push_back(0);
+      p.segment_page_indptr.push_back(static_cast<std::int32_t>(p.page_ids.size()));
+    }
+    p.request_segment_indptr.push_back(static_cast<std::int32_t>(p.segment_length.size()));
+    p.request_query_indptr.push_back(p.request_query_indptr.back() + 1);
+  }
+  return p;
+}
+
+void check_cover(const Plan& plan, const cuda::DecodeSchedule& s) {
+  // Every tile lies in one segment and starts inside it, on a tile boundary.
+  for (std::int32_t t = 0; t < s.num_tiles; ++t) {
+    REQUIRE(s.tile_key_begin[t] < plan.segment_length[s.tile_segment[t]]);
+    REQUIRE(s.tile_key_begin[t] % s.tile_keys == 0);
+  }
+  // Work items tile each request's tiles in order, without gap or overlap.
+  std::vector<int> covered(static_cast<std::size_t>(s.num_tiles), 0);
+  std::int32_t partials = 0;
+  for (std::int32_t w = 0; w < s.num_work(); ++w) {
+    std::int32_t b = s.work_request[w];
+    REQUIRE(s.work_tile_begin[w] <= s.work_tile_end[w]);
+    for (std::int32_t t = s.work_tile_begin[w]; t < s.work_tile_end[w]; ++t) {
+      ++covered[t];
+      std::int32_t seg = s.tile_segment[t];
+      REQUIRE(seg >= plan.request_segment_indptr[b]);
+      REQUIRE(seg < plan.request_segment_indptr[b + 1]);
+    }
+    REQUIRE(s.work_split[w] < s.request_num_splits[b]);
+  }
+  for (int c : covered) REQUIRE(c == 1);
+  for (std::int32_t b = 0; b < plan.num_requests(); ++b) {
+    if (s.request_num_splits[b] > 1) {
+      REQUIRE(s.request_partial_offset[b] == partials);
+      partials += s.request_num_splits[b];
+    } else {
+      REQUIRE(s.request_partial_offset[b] == -1);
+    }
+  }
+  REQUIRE(partials == s.num_partials);
+}
+
+}  // namespace
+
+TEST_CASE("decode schedule covers every tile once, per segment", "[schedule]") {
+  Plan plan = plan_of({{1, 64, 65, 0, 130}, {17}, {2048, 2048, 32}});
+  for (int forced : {0, 1, 2, 3, 7, 1000}) {
+    cuda::ScheduleOptions opt;
+    opt.forced_splits = forced;
+    cuda::DecodeSchedule s = cuda::make_decode_schedule(plan, 8, opt);
+    INFO("forced " << forced);
+    // Segment tiles: 1, 1, 2, 0, 3 | 1 | 32, 32, 1
+    REQUIRE(s.num_tiles == 7 + 1 + 65);
+    check_cover(plan, s);
+    if (forced > 0) {
+      CHECK(s.request_num_splits[0] == std::min(forced, 7));
+      CHECK(s.request_num_splits[1] == 1);
+      CHECK(s.request_num_splits[2] == std::min(forced, 65));
+    }
+  }
+}
+
+TEST_CASE("decode split heuristic fills the GPU at batch 1 and leaves big batches whole",
+          "[schedule]") {
+  cuda::ScheduleOptions opt;  // 132 SMs, 2 CTAs each
+  {
+    Plan one = plan_of({{32736, 32}});
+    cuda::DecodeSchedule s = cuda::make_decode_schedule(one, 8, opt);
+    check_cover(one, s);
+    std::int64_t ctas = std::int64_t{s.num_work()} * 8;
+    CHECK(ctas >= 132 * 2);  // at least one full wave of CTAs
+    CHECK(s.request_num_splits[0] > 1);
+  }
+  {
+    std::vector<std::vector<std::int32_t>> big(128, std::vector<std::int32_t>{8160, 32});
+    Plan plan = plan_of(big);
+    cuda::DecodeSchedule s = cuda::make_decode_schedule(plan, 8, opt);
+    check_cover(plan, s);
+    CHECK(s.num_partials == 0);  // 1024 CTAs already: no split, no merge
+  }
+}
+
+TEST_CASE("decode schedule rejects bad options naming them", "[schedule]") {
+  Plan plan = plan_of({{10}});
+  cuda::ScheduleOptions opt;
+  opt.tile_keys = 40;
+  CHECK_THROWS_WITH(cuda::make_decode_schedule(plan, 8, opt), Catch::Contains("tile_keys 40"));
+  opt.tile_keys = 64;
+  CHECK_THROWS_WITH(cuda::make_decode_schedule(plan, 0, opt), Catch::Contains("num_kv_heads 0"));
+  opt.forced_splits = -1;
+  CHECK_THROWS_WITH(cuda::make_decode_schedule(plan, 8, opt), Catch::Contains("forced_splits -1"));
+}

@@ -1,0 +1,194 @@
+// Test harness for the CUDA decode: runs a reference-test Scenario on the device (deferred, and the
+// eager baseline: re-encode + rotated queries + RoPE-off decode) and applies DESIGN.md section 4.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <numeric>
+#include <vector>
+
+#include "lazyattn/cuda.cuh"
+#include "ref/scenario.hpp"
+
+namespace lazyattn::test::gpu {
+
+using test::ref::Scenario;
+
+// Host copies of a device result.
+struct GpuResult {
+  std::vector<float> out;
+  std::vector<float> lse;
+  std::size_t unwritten = 0;  // output elements still holding the poison (NaN) pattern
+};
+
+template <class E>
+std::vector<E> to_storage(const std::vector<float>& x) {
+  std::vector<E> out(x.size());
+  for (std::size_t i = 0; i < x.size(); ++i) out[i] = from_float<E>(x[i]);
+  return out;
+}
+
+// The queries as the kernel sees them: rounded to the storage element type.
+inline std::vector<float> rounded_queries(const Scenario& sc) {
+  std::vector<float> q = sc.q;
+  dispatch_dtype(sc.spec.dtype, [&](auto tag) {
+    for (float& x : q) x = round_to<decltype(tag)>(x);
+  });
+  return q;
+}
+
+// The store's geometry with as many spare pages again: room for the eager baseline's copies.
+inline KvStoreConfig with_spare_pages(KvStoreConfig c) {
+  c.num_pages = 2 * c.num_pages + 8;
+  return c;
+}
+
+// Device buffers for one scenario: the pool with every page uploaded, the plan, the rope.
+struct DeviceScenario {
+  const Scenario& sc;
+  cuda::DevicePool pool;
+  cuda::DeviceRope rope;
+  cuda::DevicePlan plan;
+  cuda::DecodeSchedule schedule;
+  cuda::DeviceBuffer<std::byte> q;
+  cuda::DeviceBuffer<std::byte> o;
+  cuda::DeviceBuffer<float> lse;
+  cuda::DecodeWorkspace ws;
+
+  DeviceScenario(const Scenario& s, int forced_splits)
+      : sc(s), pool(with_spare_pages(s.store->config())), rope(s.rope) {
+    std::vector<std::int32_t> all(static_cast<std::size_t>(s.store->config().num_pages));
+    std::iota(all.begin(), all.end(), 0);
+    pool.upload_pages(*s.store, all);
+    rope.prepare(s.plan);
+    cuda::ScheduleOptions opt;
+    opt.num_sms = cuda::device_sm_count();
+    opt.forced_splits = forced_splits;
+    schedule = cuda::make_decode_schedule(s.plan, s.spec.num_kv_heads, opt);
+    plan.upload(s.plan, schedule);
+    std::vector<float> qr = rounded_queries(s);
+    dispatch_dtype(s.spec.dtype, [&](auto tag) {
+      using E = decltype(tag);
+      auto qs = to_storage<E>(qr);
+      q = cuda::DeviceBuffer<std::byte>(qs.size() * sizeof(E));
+      LAZYATTN_CUDA_CHECK(cudaMemcpy(q.data(), qs.data(), q.bytes(), cudaMemcpyHostToDevice));
+      o = cuda::DeviceBuffer<std::byte>(qs.size() * sizeof(E));
+    });
+    lse = cuda::DeviceBuffer<float>(s.lse_size());
+  }
+
+  cuda::DecodeArgs args(bool rope_on, const void* q_ptr) {
+    cuda::DecodeArgs a;
+    a.dtype = sc.spec.dtype;
+    a.q = q_ptr;
+    a.o = o.data();
+    a.maybe_lse = lse.data();
+    a.layer = sc.spec.layer;
+    a.params = sc.spec.params();
+    a.rope = rope_on;
+    return a;
+  }
+
+  // NaN in every output element and lse, so an unwritten element cannot pass.
+  void poison() {
+    LAZYATTN_CUDA_CHECK(cudaMemset(o.data(), 0xff, o.bytes()));
+    LAZYATTN_CUDA_CHECK(cudaMemset(lse.data(), 0xff, lse.bytes()));
+  }
+
+  GpuResult fetch() {
+    LAZYATTN_CUDA_CHECK(cudaDeviceSynchronize());
+    GpuResult r;
+    r.lse = lse.download();
+    dispatch_dtype(sc.spec.dtype, [&](auto tag) {
+      using E = decltype(tag);
+      std::vector<E> host(o.bytes() / sizeof(E));
+      LAZYATTN_CUDA_CHECK(cudaMemcpy(host.data(), o.data(), o.bytes(), cudaMemcpyDeviceToHost));
+      r.out.resize(host.size());
+      for (std::size_t i = 0; i < host.size(); ++i) r.out[i] = to_float(host[i]);
+    });
+    for (float x : r.out) r.unwritten += std::isnan(x) ? 1 : 0;
+    for (float x : r.lse) r.unwritten += std::isnan(x) ? 1 : 0;
+    return r;
+  }
+
+  GpuResult deferred() {
+    poison();
+    cuda::decode(args(true, q.data()), pool, plan, rope, ws);
+    return fetch();
+  }
+
+  // Block-Attention eager: every segment (tail too) copied into fresh pages rotated at its
+  // logical positions, queries rotated at theirs, then the same kernel with RoPE off. The fresh
+  // pages are the device pool's spare ids past the store's.
+  GpuResult eager() {
+    const Plan& p = sc.plan;
+    cuda::ReencodeJob job;
+    Plan eager_plan = p;
+    std::int32_t next = static_cast<std::int32_t>(sc.store->config().num_pages);
+    for (std::int32_t s = 0; s < p.num_segments(); ++s) {
+      std::int32_t n_pages = p.segment_page_indptr[s + 1] - p.segment_page_indptr[s];
+      std::vector<std::int32_t> dst(static_cast<std::size_t>(n_pages));
+      std::iota(dst.begin(), dst.end(), next);
+      next += n_pages;
+      std::span<const std::int32_t> src(p.page_ids.data() + p.segment_page_indptr[s],
+                                        static_cast<std::size_t>(n_pages));
+      job.add(src, dst, p.segment_length[s], p.segment_start[s],
+              static_cast<StorageForm>(p.segment_form[s]));
+      std::copy(dst.begin(), dst.end(), eager_plan.page_ids.begin() + p.segment_page_indptr[s]);
+    }
+    LAZYATTN_CHECK(next <= pool.config().num_pages, "eager: ", next, " pages needed");
+    cuda::DeviceReencode re;
+    re.upload(job);
+    re.run(pool, sc.spec.layer, rope);
+    cuda::DevicePlan dplan;
+    dplan.upload(eager_plan, schedule);
+    cuda::DeviceBuffer<std::byte> q_rot(q.bytes());
+    cuda::rotate_queries(sc.spec.dtype, q.data(), q_rot.data(), plan.view(), sc.spec.num_qo_heads,
+                         sc.spec.head_dim, rope);
+    poison();
+    cuda::decode(args(false, q_rot.data()), pool, dplan, rope, ws);
+    return fetch();
+  }
+};
+
+// DESIGN.md section 4: per element, |got - ref| <= 2 * (max eager error) + atol, and nothing
+// unwritten or NaN. Returns a report (empty when it holds) naming the first offenders.
+inline std::string check_error_rule(const std::vector<float>& got, const std::vector<float>& ref,
+                                    double eager_max_error, double atol) {
+  double bound = 2.0 * eager_max_error + atol;
+  std::string report;
+  std::size_t bad = 0;
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    double e = std::fabs(static_cast<double>(got[i]) - ref[i]);
+    if (!(e <= bound)) {  // NaN fails
+      if (bad < 8)
+        report += test::format("  [%zu] ref %.6g got %.6g |diff| %.3g\n", i, ref[i], got[i], e);
+      ++bad;
+    }
+  }
+  if (bad)
+    report = test::format("%zu of %zu elements over the bound %.3g (2 x eager %.3g + %.3g):\n",
+                          bad, got.size(), bound, eager_max_error, atol) +
+             report;
+  return report;
+}
+
+inline double max_abs_error(const std::vector<float>& a, const std::vector<float>& b) {
+  double m = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    if (std::isinf(b[i]) && a[i] == b[i]) continue;
+    m = std::max(m, std::fabs(static_cast<double>(a[i]) - b[i]));
+  }
+  return m;
+}
+
+inline double max_abs(const std::vector<float>& a) {
+  double m = 0;
+  for (float x : a)
+    if (std::isfinite(x)) m = std::max(m, std::fabs(static_cast<double>(x)));
+  return m;
+}
+
+}  // namespace lazyattn::test::gpu

@@ -1,0 +1,283 @@
+// [cuda] tests of the decode kernel against the float64 scalar reference: a sweep over layouts,
+// head dims, GQA ratios, page sizes, forms, schedules, positions and forced split counts, with the
+// error rule of DESIGN.md section 4; graph capture; bad input.
+#include <catch2/catch.hpp>
+
+#include <random>
+#include <string>
+
+#include "cuda/decode_harness.cuh"
+#include "support/options.hpp"
+
+using namespace lazyattn;
+using namespace lazyattn::test;
+using lazyattn::test::ref::LayoutKind;
+using lazyattn::test::ref::ScenarioSpec;
+
+namespace {
+
+ScenarioSpec random_decode_spec(std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  auto pick = [&](auto const& options) {
+    return options[std::uniform_int_distribution<std::size_t>(0, std::size(options) - 1)(rng)];
+  };
+  ScenarioSpec s;
+  s.seed = seed;
+  s.head_dim = pick(std::array{64, 128, 128, 256});
+  const std::array<std::pair<int, int>, 5> heads{{{8, 8}, {16, 4}, {32, 8}, {16, 2}, {32, 4}}};
+  auto [hq, hk] = pick(heads);  // group sizes 1, 4, 4, 8, 8
+  s.num_qo_heads = hq;
+  s.num_kv_heads = hk;
+  s.page_size = pick(std::array{16, 32, 64});
+  s.dtype = pick(std::array{DType::kBFloat16, DType::kBFloat16, DType::kFloat16});
+  s.pair_layout = pick(std::array{PairLayout::kHalf, PairLayout::kHalf, PairLayout::kInterleaved});
+  s.partial_rotary = pick(std::array{1.0, 1.0, 0.5});
+  s.schedule = pick(std::array{RopeType::kDefault, RopeType::kLlama3, RopeType::kYarn,
+                               RopeType::kLinear, RopeType::kDynamic, RopeType::kLongrope});
+  s.doc_form = pick(std::array{StorageForm::kLocal, StorageForm::kRaw});
+  s.tail_form = pick(std::array{StorageForm::kLocal, StorageForm::kRaw});
+  if (s.schedule == RopeType::kDynamic || s.schedule == RopeType::kLongrope) {
+    s.doc_form = s.tail_form = StorageForm::kRaw;  // length-dependent: raw form only
+  }
+  s.layout = pick(test::ref::kAllLayouts);
+  s.base_position =
+      pick(std::array<std::int64_t, 4>{0, 0, (std::int64_t{1} << 24) - 3000, std::int64_t{1} << 40});
+  s.doc_lengths.clear();
+  const std::array<std::int64_t, 12> lengths{1, 15, 16, 17, 31, 63, 64, 65, 129, 200, 257, 333};
+  int num_docs = std::uniform_int_distribution<int>(1, 6)(rng);
+  for (int i = 0; i < num_docs; ++i) s.doc_lengths.push_back(pick(lengths));
+  s.docs_per_request = std::uniform_int_distribution<int>(1, 5)(rng);
+  s.num_requests = std::uniform_int_distribution<int>(1, 4)(rng);
+  s.num_queries = {1};
+  s.max_tail_extra = pick(std::array<std::int64_t, 3>{0, 20, 70});
+  s.num_layers = pick(std::array{1, 2});
+  s.layer = s.num_layers - 1;
+  s.empty_segment = pick(std::array{false, false, true});
+  return s;
+}
+
+bool length_dependent(const ScenarioSpec& s) {
+  return s.schedule == RopeType::kDynamic || s.schedule == RopeType::kLongrope;
+}
+
+}  // namespace
+
+TEST_CASE("decode matches the float64 reference within 2x the eager error", "[cuda][decode]") {
+  const int kCases = test::options().cuda_cases;
+  for (int c = 0; c < kCases; ++c) {
+    ScenarioSpec spec = random_decode_spec(1000 + c);
+    test::ref::Scenario sc = test::ref::make_scenario(spec);
+    INFO("case " << c << ": " << spec << "\n" << sc.layout_text);
+    std::vector<float> q64 = gpu::rounded_queries(sc);
+    test::ref::Result ref{std::vector<float>(sc.out_size()), std::vector<float>(sc.lse_size())};
+    lazyattn::ref::scalar::decode(*sc.store, sc.plan, spec.layer, sc.rope, spec.params(), q64,
+                                  ref.out, ref.lse);
+    const double scale = gpu::max_abs(ref.out);
+
+    // The eager baseline in the same precision sets the bar; schedules that depend on the
+    // request length have no eager kernel here, so they get a fixed 16-bit bound instead.
+    double eager_out_err, eager_lse_err;
+    if (!length_dependent(spec)) {
+      gpu::DeviceScenario ds(sc, 0);
+      gpu::GpuResult eager = ds.eager();
+      REQUIRE(eager.unwritten == 0);
+      eager_out_err = gpu::max_abs_error(eager.out, ref.out);
+      eager_lse_err = gpu::max_abs_error(eager.lse, ref.lse);
+    } else {
+      double ulp = spec.dtype == DType::kBFloat16 ? 0x1p-8 : 0x1p-11;
+      eager_out_err = 2 * ulp * scale;
+      eager_lse_err = 8 * ulp;
+    }
+    for (int splits : {0, 1, 2, 3, 7}) {
+      INFO("forced splits " << splits << " (0: heuristic)");
+      gpu::DeviceScenario ds(sc, splits);
+      gpu::GpuResult got = ds.deferred();
+      CHECK(got.unwritten == 0);
+      std::string out_report =
+          gpu::check_error_rule(got.out, ref.out, eager_out_err, 1e-3 * scale + 1e-5);
+      INFO(out_report);
+      CHECK(out_report.empty());
+      std::string lse_report = gpu::check_error_rule(got.lse, ref.lse, eager_lse_err, 1e-3);
+      INFO(lse_report);
+      CHECK(lse_report.empty());
+    }
+  }
+}
+
+TEST_CASE("decode over a long context splits and merges correctly", "[cuda][decode]") {
+  for (StorageForm form : {StorageForm::kLocal, StorageForm::kRaw}) {
+    ScenarioSpec spec;
+    spec.num_qo_heads = 32;
+    spec.num_kv_heads = 8;
+    spec.head_dim = 128;
+    spec.dtype = DType::kBFloat16;
+    spec.schedule = RopeType::kLlama3;
+    spec.doc_form = spec.tail_form = form;
+    spec.layout = LayoutKind::kShuffled;
+    spec.doc_lengths = {2048, 2048, 2048, 2000, 2049};
+    spec.docs_per_request = 5;
+    spec.prefixes = false;
+    spec.num_requests = 2;
+    spec.max_tail_extra = 40;
+    spec.seed = 77;
+    test::ref::Scenario sc = test::ref::make_scenario(spec);
+    INFO(spec << "\n" << sc.layout_text);
+    std::vector<float> q = gpu::rounded_queries(sc);
+    test::ref::Result ref{std::vector<float>(sc.out_size()), std::vector<float>(sc.lse_size())};
+    lazyattn::ref::scalar::decode(*sc.store, sc.plan, 0, sc.rope, spec.params(), q, ref.out,
+                                  ref.lse);
+    gpu::DeviceScenario eager_ds(sc, 0);
+    gpu::GpuResult eager = eager_ds.eager();
+    double e_out = gpu::max_abs_error(eager.out, ref.out);
+    double e_lse = gpu::max_abs_error(eager.lse, ref.lse);
+    for (int splits : {0, 1, 16, 64}) {
+      INFO("splits " << splits);
+      gpu::DeviceScenario ds(sc, splits);
+      gpu::GpuResult got = ds.deferred();
+      CHECK(got.unwritten == 0);
+      auto r1 = gpu::check_error_rule(got.out, ref.out, e_out, 1e-3 * gpu::max_abs(ref.out));
+      INFO(r1);
+      CHECK(r1.empty());
+      auto r2 = gpu::check_error_rule(got.lse, ref.lse, e_lse, 1e-3);
+      INFO(r2);
+      CHECK(r2.empty());
+    }
+  }
+}
+
+TEST_CASE("decode captures into a CUDA graph and replays to the same result", "[cuda][decode]") {
+  ScenarioSpec spec = random_decode_spec(4242);
+  spec.schedule = RopeType::kDefault;
+  spec.doc_form = StorageForm::kLocal;
+  test::ref::Scenario sc = test::ref::make_scenario(spec);
+  gpu::DeviceScenario ds(sc, 0);
+  gpu::GpuResult direct = ds.deferred();
+  REQUIRE(direct.unwritten == 0);
+
+  cudaStream_t stream;
+  LAZYATTN_CUDA_CHECK(cudaStreamCreate(&stream));
+  ds.poison();
+  // Warm once on the stream (function attributes, workspace sizing), then capture.
+  cuda::decode(ds.args(true, ds.q.data()), ds.pool, ds.plan, ds.rope, ds.ws, stream);
+  LAZYATTN_CUDA_CHECK(cudaStreamSynchronize(stream));
+  cudaGraph_t graph;
+  LAZYATTN_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+  cuda::decode(ds.args(true, ds.q.data()), ds.pool, ds.plan, ds.rope, ds.ws, stream);
+  LAZYATTN_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+  cudaGraphExec_t exec;
+  LAZYATTN_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  for (int replay = 0; replay < 3; ++replay) {
+    ds.poison();
+    LAZYATTN_CUDA_CHECK(cudaGraphLaunch(exec, stream));
+    LAZYATTN_CUDA_CHECK(cudaStreamSynchronize(stream));
+    gpu::GpuResult replayed = ds.fetch();
+    CHECK(replayed.unwritten == 0);
+    CHECK(replayed.out == direct.out);  // same kernels, same inputs: bitwise equal
+    CHECK(replayed.lse == direct.lse);
+  }
+  LAZYATTN_CUDA_CHECK(cudaGraphExecDestroy(exec));
+  LAZYATTN_CUDA_CHECK(cudaGraphDestroy(graph));
+  LAZYATTN_CUDA_CHECK(cudaStreamDestroy(stream));
+}
+
+TEST_CASE("write_tokens stores K rotated at local positions and V as given", "[cuda][write]") {
+  for (DType dtype : {DType::kBFloat16, DType::kFloat16, DType::kFloat32}) {
+    for (PairLayout pairs : {PairLayout::kHalf, PairLayout::kInterleaved}) {
+      INFO(to_string(dtype) << " " << to_string(pairs));
+      RopeConfig rc;
+      rc.head_dim = 128;
+      rc.rope_theta = 500000.0;
+      rc.pair_layout = pairs;
+      RopePolicy rope(rc);
+      KvStoreConfig cfg{2, 4, 128, 16, dtype, 64};
+      KvStore store(cfg);
+      const std::int64_t n = 77;
+      Rng rng(5);
+      auto k = random_normal(static_cast<std::size_t>(n * 4 * 128), rng);
+      auto v = random_normal(k.size(), rng);
+      // Reserve the document's pages and write them on the device, layer 1.
+      InsertResult doc = store.allocate(DocKey{9, 9}, StorageForm::kLocal, n);
+      auto info = store.info(doc.handle);
+      cuda::DevicePool pool(cfg);
+      cuda::DeviceRope drope(rope);
+      auto dst = cuda::token_destinations(info.pages, 16, 0, n, StorageForm::kLocal);
+      cuda::DeviceBuffer<std::int32_t> d_page(dst.page.size()), d_slot(dst.slot.size());
+      cuda::DeviceBuffer<std::int64_t> d_pos(dst.rotate_position.size());
+      d_page.upload(dst.page);
+      d_slot.upload(dst.slot);
+      d_pos.upload(dst.rotate_position);
+      dispatch_dtype(dtype, [&](auto tag) {
+        using E = decltype(tag);
+        auto ks = gpu::to_storage<E>(k), vs = gpu::to_storage<E>(v);
+        cuda::DeviceBuffer<E> dk(ks.size()), dv(vs.size());
+        dk.upload(std::span<const E>(ks.data(), ks.size()));
+        dv.upload(std::span<const E>(vs.data(), vs.size()));
+        cuda::write_tokens(pool, 1, dk.data(), dv.data(), static_cast<std::int32_t>(n),
+                           d_page.data(), d_slot.data(), d_pos.data(), drope);
+        pool.download_pages(store, info.pages);
+        const PoolGeometry& geo = store.geometry();
+        const E* kp = store.k_pool<E>();
+        const E* vp = store.v_pool<E>();
+        double worst = 0;
+        for (std::int64_t i = 0; i < n; ++i) {
+          for (int h = 0; h < 4; ++h) {
+            std::vector<double> x(128);
+            for (int d = 0; d < 128; ++d) x[d] = to_float(ks[(i * 4 + h) * 128 + d]);
+            rope::rotate(rope.base_frequencies(), i, std::span<double>(x.data(), x.size()));
+            std::int64_t at = geo.offset(1, info.pages[i / 16], h, static_cast<int>(i % 16));
+            for (int d = 0; d < 128; ++d) {
+              double got = to_float(kp[at + d]);
+              worst = std::max(worst, std::fabs(got - x[d]) / (std::fabs(x[d]) + 1e-3));
+              REQUIRE(to_float(vp[at + d]) == to_float(vs[(i * 4 + h) * 128 + d]));
+            }
+          }
+        }
+        double ulp = dtype == DType::kBFloat16 ? 0x1p-8 : dtype == DType::kFloat16 ? 0x1p-11
+                                                                                   : 0x1p-20;
+        CHECK(worst <= 2 * ulp);
+      });
+    }
+  }
+}
+
+TEST_CASE("decode rejects bad input naming the value", "[cuda][decode][errors]") {
+  ScenarioSpec spec = random_decode_spec(7);
+  spec.head_dim = 128;
+  spec.num_qo_heads = 8;
+  spec.num_kv_heads = 2;
+  spec.dtype = DType::kBFloat16;
+  spec.schedule = RopeType::kDefault;
+  spec.doc_form = StorageForm::kLocal;
+  test::ref::Scenario sc = test::ref::make_scenario(spec);
+  gpu::DeviceScenario ds(sc, 0);
+  auto args = ds.args(true, ds.q.data());
+  {
+    auto a = args;
+    a.params.head_dim = 96;
+    CHECK_THROWS_WITH(cuda::decode(a, ds.pool, ds.plan, ds.rope, ds.ws),
+                      Catch::Contains("head_dim 96"));
+  }
+  {
+    auto a = args;
+    a.dtype = DType::kFloat16;
+    CHECK_THROWS_WITH(cuda::decode(a, ds.pool, ds.plan, ds.rope, ds.ws),
+                      Catch::Contains("dtype float16"));
+  }
+  {
+    auto a = args;
+    a.params.num_qo_heads = 2 * 17;
+    CHECK_THROWS_WITH(cuda::decode(a, ds.pool, ds.plan, ds.rope, ds.ws),
+                      Catch::Contains("group size 17"));
+  }
+  {
+    auto a = args;
+    a.o = nullptr;
+    CHECK_THROWS_WITH(cuda::decode(a, ds.pool, ds.plan, ds.rope, ds.ws), Catch::Contains("null"));
+  }
+  {
+    auto a = args;
+    a.params.logits_soft_cap = 30.0;
+    CHECK_THROWS_WITH(cuda::decode(a, ds.pool, ds.plan, ds.rope, ds.ws),
+                      Catch::Contains("logits_soft_cap 30"));
+  }
+}
