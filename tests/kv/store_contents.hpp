@@ -2,6 +2,8 @@
 // holds exactly them, read back through info().pages and geometry() the way a kernel would.
 #pragma once
 
+#include <fmt/format.h>
+
 #include <bit>
 #include <cmath>
 #include <cstdint>
@@ -10,8 +12,6 @@
 #include <string>
 #include <type_traits>
 #include <vector>
-
-#include <fmt/format.h>
 
 #include "lazyattn/dtype.hpp"
 #include "lazyattn/kv/store.hpp"
@@ -41,9 +41,10 @@ inline std::uint64_t token_hash(std::uint64_t seed, int layer, std::int64_t toke
 // A float with a full 24-bit mantissa and a spread of exponents, so every storage type rounds it.
 // which: 0 for K, 1 for V.
 inline float source_value(std::uint64_t token_h, int which, int head, int dim) {
-  std::uint64_t x = splitmix64(token_h + static_cast<std::uint64_t>((head * 4096 + dim) * 2 + which));
+  std::uint64_t x =
+      splitmix64(token_h + static_cast<std::uint64_t>((head * 4096 + dim) * 2 + which));
   float unit = static_cast<float>(x >> 40) * 0x1p-24f;  // [0, 1), 24 bits
-  int exponent = static_cast<int>((x >> 8) & 7) - 4;     // 2^-4 .. 2^3
+  int exponent = static_cast<int>((x >> 8) & 7) - 4;    // 2^-4 .. 2^3
   return std::ldexp(unit * 2.0f - 1.0f, exponent);
 }
 
@@ -74,7 +75,8 @@ std::vector<T> make_tokens(const KvStoreConfig& c, const ContentSpec& spec, int 
     for (std::int64_t i = 0; i < n; ++i) {
       std::uint64_t th = token_hash(spec.seed, l, first + i);
       for (int h = 0; h < c.num_kv_heads; ++h) {
-        for (int d = 0; d < c.head_dim; ++d) out[o++] = from_float<T>(source_value(th, which, h, d));
+        for (int d = 0; d < c.head_dim; ++d)
+          out[o++] = from_float<T>(source_value(th, which, h, d));
       }
     }
   }

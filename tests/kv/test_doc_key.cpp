@@ -1,7 +1,6 @@
 // DocKey::from_tokens against a second, independent FNV-1a-128 (two 64-bit halves, no __int128),
 // published FNV vectors and pinned values, so the content hash cannot change silently.
 #include <catch2/catch.hpp>
-
 #include <cstdint>
 #include <random>
 #include <set>
@@ -82,8 +81,7 @@ TEST_CASE("DocKey::from_tokens is FNV-1a-128 over ids and count, and stays so", 
   // Pinned values (computed with Python's big integers) and the independent implementation.
   std::vector<std::int32_t> empty, one_two_three{1, 2, 3}, llama{128000, 791, 6864, -1};
   CHECK(DocKey::from_tokens(empty) == DocKey{0x9d30c1f78465995bull, 0xe47dda5e4e4e77edull});
-  CHECK(DocKey::from_tokens(one_two_three) ==
-        DocKey{0xcfec7dc8d82c8698ull, 0x9c07ed47c1f2afdeull});
+  CHECK(DocKey::from_tokens(one_two_three) == DocKey{0xcfec7dc8d82c8698ull, 0x9c07ed47c1f2afdeull});
   CHECK(DocKey::from_tokens(llama) == DocKey{0x9d168f29c1a238e7ull, 0x88e34953a5db6974ull});
   std::ostringstream os;
   os << DocKey::from_tokens(one_two_three);
@@ -102,8 +100,8 @@ TEST_CASE("DocKey::from_tokens is FNV-1a-128 over ids and count, and stays so", 
 TEST_CASE("DocKey::from_tokens tells permutations and extensions apart", "[kv][doc_key]") {
   std::set<DocKey> seen;
   std::vector<std::vector<std::int32_t>> inputs = {
-      {},        {0},       {0, 0},    {0, 0, 0}, {1, 2, 3}, {3, 2, 1}, {2, 1, 3},
-      {1, 2},    {1, 2, 3, 0}, {1, 2, 3, 3}, {-1},   {-1, -1}, {65536}, {256}, {1},
+      {},           {0},          {0, 0}, {0, 0, 0}, {1, 2, 3}, {3, 2, 1}, {2, 1, 3}, {1, 2},
+      {1, 2, 3, 0}, {1, 2, 3, 3}, {-1},   {-1, -1},  {65536},   {256},     {1},
   };
   for (const auto& t : inputs) {
     INFO("input of " << t.size() << " tokens");

@@ -1,7 +1,6 @@
 // Layout helpers and make_plan: starts and lengths of the DESIGN.md layouts, CSR page tables and
 // per-segment metadata for hand-built batches, and every plan error naming its value.
 #include <catch2/catch.hpp>
-
 #include <cstdint>
 #include <limits>
 #include <span>
@@ -137,7 +136,8 @@ TEST_CASE("layout helpers place documents as DESIGN.md section 2 says", "[kv][la
     f.store.erase(f.c);
     CHECK_THROWS_WITH(layouts::back_to_back(f.store, docs, f.t1),
                       Contains("layouts::back_to_back: document 3: KvStore::info: stale document "
-                               "handle " + str(f.c)));
+                               "handle " +
+                               str(f.c)));
     f.store.release(f.t1);
     const std::vector<DocHandle> ab{f.a, f.b};
     CHECK_THROWS_WITH(layouts::parallel(f.store, ab, f.t1),
@@ -191,15 +191,13 @@ TEST_CASE("make_plan flattens a batch into CSR page tables", "[kv][plan]") {
   CHECK(p.segment_start == V64{0, 5, 13, 18, 100, 100, 100, 108, 1000, 50, 5000, 2000, 7, 3, 20});
   const auto raw = static_cast<std::uint8_t>(StorageForm::kRaw);
   const auto local = static_cast<std::uint8_t>(StorageForm::kLocal);
-  CHECK(p.segment_form ==
-        V8{raw, local, raw, local, local, raw, local, raw, local, local, raw, local, raw, raw,
-           local});
+  CHECK(p.segment_form == V8{raw, local, raw, local, local, raw, local, raw, local, local, raw,
+                             local, raw, raw, local});
   const auto doc = static_cast<std::uint8_t>(SegmentKind::kDocument);
   const auto tail = static_cast<std::uint8_t>(SegmentKind::kTail);
   CHECK(p.segment_kind ==
         V8{doc, doc, doc, tail, doc, doc, doc, tail, doc, doc, doc, tail, doc, doc, tail});
-  CHECK(p.segment_page_indptr ==
-        V32{0, 2, 4, 6, 7, 9, 10, 11, 14, 16, 17, 17, 18, 19, 20, 21});
+  CHECK(p.segment_page_indptr == V32{0, 2, 4, 6, 7, 9, 10, 11, 14, 16, 17, 17, 18, 19, 20, 21});
   CHECK(p.page_ids == concat({A, B, A, T3, B, C, D, T9, B, prefix(B, 1), T1, C, C, T4}));
 
   // The view carries the same arrays.
@@ -266,14 +264,15 @@ TEST_CASE("make_plan errors name the request, segment and value", "[kv][plan][er
     r.segments = {Segment::document(gone, 3, 0), Segment::of_tail(f.t3, 3, 3)};
     CHECK_THROWS_AS(plan_with(r), Error);
     CHECK_THROWS_WITH(plan_with(r), Contains("make_plan: request 1 segment 0: KvStore::info: "
-                                             "stale document handle " + str(gone)));
+                                             "stale document handle " +
+                                             str(gone)));
   }
   SECTION("stale tail handle") {
     TailHandle gone = f.tail(51, 2, StorageForm::kLocal);
     f.store.release(gone);
-    CHECK_THROWS_WITH(plan_with(tail_only(gone, 2, 1)),
-                      Contains("make_plan: request 1 segment 0: KvStore::info: stale tail handle " +
-                               str(gone)));
+    CHECK_THROWS_WITH(
+        plan_with(tail_only(gone, 2, 1)),
+        Contains("make_plan: request 1 segment 0: KvStore::info: stale tail handle " + str(gone)));
   }
   SECTION("uncommitted document") {
     DocHandle pending = f.store.allocate(DocKey{52, 0}, StorageForm::kRaw, 6).handle;
@@ -304,16 +303,18 @@ TEST_CASE("make_plan errors name the request, segment and value", "[kv][plan][er
     CHECK_THROWS_WITH(plan_with(r), Contains("make_plan: request 1 has no tail segment"));
   }
   SECTION("num_queries out of range") {
-    CHECK_THROWS_WITH(plan_with(tail_only(f.t3, 3, 0)),
-                      Contains("make_plan: request 1 num_queries 0, expected in [1, tail length 3]"));
+    CHECK_THROWS_WITH(
+        plan_with(tail_only(f.t3, 3, 0)),
+        Contains("make_plan: request 1 num_queries 0, expected in [1, tail length 3]"));
     CHECK_THROWS_WITH(plan_with(tail_only(f.t3, 3, 4)), Contains("num_queries 4"));
     CHECK_THROWS_WITH(plan_with(tail_only(f.t3, 3, -1)), Contains("num_queries -1"));
     CHECK_NOTHROW(plan_with(tail_only(f.t3, 3, 3)));
   }
   SECTION("an empty tail has no query to hold") {
     CHECK(f.store.info(f.empty).length == 0);
-    CHECK_THROWS_WITH(plan_with(tail_only(f.empty, 0, 1)),
-                      Contains("make_plan: request 1 num_queries 1, expected in [1, tail length 0]"));
+    CHECK_THROWS_WITH(
+        plan_with(tail_only(f.empty, 0, 1)),
+        Contains("make_plan: request 1 num_queries 1, expected in [1, tail length 0]"));
   }
   SECTION("negative start and length") {
     r.segments = {Segment::document(f.a, 5, -1), Segment::of_tail(f.t3, 3, 5)};

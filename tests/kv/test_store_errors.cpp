@@ -1,7 +1,6 @@
 // KvStore's input checks: each bad call throws lazyattn::Error naming the bad value, and leaves the
 // store's statistics, bookkeeping and every byte of its pools exactly as they were.
 #include <catch2/catch.hpp>
-
 #include <cstdint>
 #include <limits>
 #include <optional>
@@ -47,7 +46,8 @@ Snapshot snapshot(const KvStore& s, const std::vector<DocHandle>& docs,
                   const std::vector<TailHandle>& tails) {
   Snapshot snap;
   snap.stats = s.stats();
-  for (DocHandle h : docs) snap.docs.push_back(s.is_live(h) ? std::optional(s.info(h)) : std::nullopt);
+  for (DocHandle h : docs)
+    snap.docs.push_back(s.is_live(h) ? std::optional(s.info(h)) : std::nullopt);
   for (TailHandle h : tails)
     snap.tails.push_back(s.is_live(h) ? std::optional(s.info(h)) : std::nullopt);
   std::size_t bytes = static_cast<std::size_t>(s.geometry().elements() * size_of(s.config().dtype));
@@ -113,8 +113,7 @@ TEST_CASE("KvStore rejects bad configurations, naming the value", "[kv][store][e
   CHECK_THROWS_WITH(KvStore(with([](auto& c) { c.page_size = 12; })),
                     Contains("page_size 12, expected a power of two in [1, 1024]"));
   CHECK_THROWS_WITH(KvStore(with([](auto& c) { c.page_size = 0; })), Contains("page_size 0"));
-  CHECK_THROWS_WITH(KvStore(with([](auto& c) { c.page_size = 2048; })),
-                    Contains("page_size 2048"));
+  CHECK_THROWS_WITH(KvStore(with([](auto& c) { c.page_size = 2048; })), Contains("page_size 2048"));
   CHECK_THROWS_WITH(KvStore(with([](auto& c) { c.num_pages = 0; })),
                     Contains("num_pages 0, expected in [1, 2^31 - 1]"));
   CHECK_THROWS_WITH(KvStore(with([](auto& c) { c.num_pages = std::int64_t{1} << 31; })),
@@ -177,35 +176,66 @@ TEST_CASE("KvStore's failed calls name the bad value and change nothing", "[kv][
 
   SECTION("shapes and lengths") {
     std::vector<float> short_k(elems(5) - 1, 1.0f), long_v(elems(5) + 3, 1.0f);
-    bad([&] { s.insert(DocKey{0xe, 1}, StorageForm::kRaw, 5, short_k, v5); },
+    bad(
+        [&] {
+          s.insert(DocKey{0xe, 1}, StorageForm::kRaw, 5, short_k, v5);
+        },
         "KvStore::insert: k has " + std::to_string(elems(5) - 1) + " elements, expected " +
             std::to_string(elems(5)) + " = [num_layers 2, length 5, num_kv_heads 2, head_dim 4]");
-    bad([&] { s.insert(DocKey{0xe, 1}, StorageForm::kRaw, 5, k5, long_v); },
+    bad(
+        [&] {
+          s.insert(DocKey{0xe, 1}, StorageForm::kRaw, 5, k5, long_v);
+        },
         "v has " + std::to_string(elems(5) + 3) + " elements");
     std::vector<float> none;
-    bad([&] { s.insert(DocKey{0xe, 1}, StorageForm::kRaw, 0, none, none); },
+    bad(
+        [&] {
+          s.insert(DocKey{0xe, 1}, StorageForm::kRaw, 0, none, none);
+        },
         "KvStore::insert: length 0, expected in [1, 2^31 - 1]");
     bad([&] { s.insert(DocKey{0xe, 1}, StorageForm::kRaw, -3, none, none); }, "length -3");
-    bad([&] { s.allocate(DocKey{0xe, 1}, StorageForm::kRaw, std::int64_t{1} << 31); },
+    bad(
+        [&] {
+          s.allocate(DocKey{0xe, 1}, StorageForm::kRaw, std::int64_t{1} << 31);
+        },
         "KvStore::allocate: length 2147483648, expected in [1, 2^31 - 1]");
-    bad([&] { s.allocate(DocKey{0xe, 1}, StorageForm::kRaw, 41); },
+    bad(
+        [&] {
+          s.allocate(DocKey{0xe, 1}, StorageForm::kRaw, 41);
+        },
         "KvStore::allocate: length 41 needs 11 pages, expected at most the store's num_pages 10");
     std::vector<float> k41(elems(41), 1.0f);
-    bad([&] { s.insert(DocKey{0xe, 1}, StorageForm::kRaw, 41, k41, k41); },
+    bad(
+        [&] {
+          s.insert(DocKey{0xe, 1}, StorageForm::kRaw, 41, k41, k41);
+        },
         "KvStore::insert: length 41 needs 11 pages");
-    bad([&] { s.insert(DocKey{0xe, 1}, static_cast<StorageForm>(9), 5, k5, v5); },
+    bad(
+        [&] {
+          s.insert(DocKey{0xe, 1}, static_cast<StorageForm>(9), 5, k5, v5);
+        },
         "KvStore::insert: storage form 9, expected raw (0) or local (1)");
     bad([&] { s.allocate(DocKey{0xe, 1}, static_cast<StorageForm>(2), 5); }, "storage form 2");
-    bad([&] { s.find(DocKey{0xa, 1}, static_cast<StorageForm>(3)); },
+    bad(
+        [&] {
+          s.find(DocKey{0xa, 1}, static_cast<StorageForm>(3));
+        },
         "KvStore::find: storage form 3");
-    bad([&] { s.create_tail(static_cast<StorageForm>(4)); }, "KvStore::create_tail: storage form 4");
+    bad([&] { s.create_tail(static_cast<StorageForm>(4)); },
+        "KvStore::create_tail: storage form 4");
     bad([&] { s.pages_for(-1); }, "KvStore::pages_for: length -1, expected >= 0");
   }
 
   SECTION("an existing key with a different length") {
-    bad([&] { tk::insert_spec(s, DocKey{0xa, 1}, StorageForm::kRaw, 6, sa, false); },
+    bad(
+        [&] {
+          tk::insert_spec(s, DocKey{0xa, 1}, StorageForm::kRaw, 6, sa, false);
+        },
         "is stored with length 5, got length 6");
-    bad([&] { s.allocate(DocKey{0xb, 1}, StorageForm::kLocal, 7); },
+    bad(
+        [&] {
+          s.allocate(DocKey{0xb, 1}, StorageForm::kLocal, 7);
+        },
         "KvStore::allocate: key " + str(DocKey{0xb, 1}) +
             " (local) is stored with length 8, got length 7");
   }
@@ -233,10 +263,16 @@ TEST_CASE("KvStore's failed calls name the bad value and change nothing", "[kv][
   SECTION("a full store") {
     // 6 pages wanted, 3 free and A's 2 evictable: nothing may be evicted for a doomed insert.
     std::vector<float> k24(elems(24), 1.0f);
-    bad([&] { s.insert(DocKey{0xf, 1}, StorageForm::kRaw, 24, k24, k24); },
+    bad(
+        [&] {
+          s.insert(DocKey{0xf, 1}, StorageForm::kRaw, 24, k24, k24);
+        },
         "KvStore::insert: store full: need 6 pages, 3 free and 2 held by unpinned documents, of 10 "
         "pages");
-    bad([&] { s.allocate(DocKey{0xf, 1}, StorageForm::kRaw, 21); },
+    bad(
+        [&] {
+          s.allocate(DocKey{0xf, 1}, StorageForm::kRaw, 21);
+        },
         "KvStore::allocate: store full: need 6 pages");
     // T holds 6 tokens in 2 pages; 26 more make 32 tokens, 8 pages: 6 new.
     std::vector<float> k26(elems(26), 1.0f);

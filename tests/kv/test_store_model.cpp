@@ -1,8 +1,10 @@
 // Randomized model-based test of KvStore: every operation, valid or not, is checked against a plain
 // std::map model of documents, tails, pins, LRU order, statistics and page contents.
-#include <catch2/catch.hpp>
+#include <fmt/format.h>
+#include <fmt/ostream.h>
 
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -10,9 +12,6 @@
 #include <stdexcept>
 #include <string>
 #include <vector>
-
-#include <fmt/format.h>
-#include <fmt/ostream.h>
 
 #include "kv/store_contents.hpp"
 #include "lazyattn/kv.hpp"
@@ -128,15 +127,15 @@ class StoreModel {
     return ids[static_cast<std::size_t>(uniform(0, static_cast<int>(ids.size()) - 1))];
   }
 
-  // ---- failure reporting -------------------------------------------------------------------------
+  // ---- failure reporting
+  // -------------------------------------------------------------------------
   template <class... Args>
   [[noreturn]] void fail(fmt::format_string<Args...> f, Args&&... args) {
-    throw ModelFailure(fmt::format("store model seed {} op {} ({}), config layers {} heads {} "
-                                   "head_dim {} page_size {} pages {} {}: {}",
-                                   seed_, op_, op_name_, cfg_.num_layers, cfg_.num_kv_heads,
-                                   cfg_.head_dim, cfg_.page_size, cfg_.num_pages,
-                                   to_string(cfg_.dtype),
-                                   fmt::format(f, std::forward<Args>(args)...)));
+    throw ModelFailure(fmt::format(
+        "store model seed {} op {} ({}), config layers {} heads {} "
+        "head_dim {} page_size {} pages {} {}: {}",
+        seed_, op_, op_name_, cfg_.num_layers, cfg_.num_kv_heads, cfg_.head_dim, cfg_.page_size,
+        cfg_.num_pages, to_string(cfg_.dtype), fmt::format(f, std::forward<Args>(args)...)));
   }
   void expect(bool ok, const char* what) {
     if (!ok) fail("{}", what);
@@ -175,9 +174,7 @@ class StoreModel {
   }
 
   // ---- the model -------------------------------------------------------------------------------
-  std::int64_t pages_for(std::int64_t n) const {
-    return (n + cfg_.page_size - 1) / cfg_.page_size;
-  }
+  std::int64_t pages_for(std::int64_t n) const { return (n + cfg_.page_size - 1) / cfg_.page_size; }
   std::int64_t pages_used() const {
     std::int64_t used = 0;
     for (auto& [id, d] : docs_) used += pages_for(d.length);
@@ -211,7 +208,8 @@ class StoreModel {
       DocHandle h = docs_.at(id).handle;
       if (docs_.at(id).pins != 0) fail("the model chose a pinned victim");
       docs_.erase(id);
-      if (store_->is_live(h)) fail("{} should have been evicted (least recently used)", fmt::streamed(h));
+      if (store_->is_live(h))
+        fail("{} should have been evicted (least recently used)", fmt::streamed(h));
       dead_docs_.push_back(h);
       ++evictions_;
       ++cov_.evictions;
@@ -243,9 +241,11 @@ class StoreModel {
       if (!store_->is_live(d.handle)) fail("{} should be live", fmt::streamed(d.handle));
     for (auto& [id, t] : tails_)
       if (!store_->is_live(t.handle)) fail("{} should be live", fmt::streamed(t.handle));
-    if (!dead_docs_.empty() && store_->is_live(dead_docs_[uniform(0, static_cast<int>(dead_docs_.size()) - 1)]))
+    if (!dead_docs_.empty() &&
+        store_->is_live(dead_docs_[uniform(0, static_cast<int>(dead_docs_.size()) - 1)]))
       fail("a dead document handle is live again");
-    if (!dead_tails_.empty() && store_->is_live(dead_tails_[uniform(0, static_cast<int>(dead_tails_.size()) - 1)]))
+    if (!dead_tails_.empty() &&
+        store_->is_live(dead_tails_[uniform(0, static_cast<int>(dead_tails_.size()) - 1)]))
       fail("a dead tail handle is live again");
   }
   // Written independently of KvStore::page_bytes: K and V, all layers and heads of one page.
@@ -259,10 +259,11 @@ class StoreModel {
     if (info.key != d.key || info.form != d.form || info.length != d.length ||
         info.pins != d.pins || info.committed != d.committed ||
         static_cast<std::int64_t>(info.pages.size()) != pages_for(d.length)) {
-      fail("info({}) is length {} pins {} committed {} pages {}, the model says length {} pins {} "
-           "committed {} pages {}",
-           fmt::streamed(d.handle), info.length, info.pins, info.committed, info.pages.size(),
-           d.length, d.pins, d.committed, pages_for(d.length));
+      fail(
+          "info({}) is length {} pins {} committed {} pages {}, the model says length {} pins {} "
+          "committed {} pages {}",
+          fmt::streamed(d.handle), info.length, info.pins, info.committed, info.pages.size(),
+          d.length, d.pins, d.committed, pages_for(d.length));
     }
     for (std::int32_t p : info.pages)
       if (p < 0 || p >= cfg_.num_pages) fail("page id {} out of range", p);
@@ -436,9 +437,12 @@ class StoreModel {
   // pages.
   std::int64_t tail_count(std::int64_t len) {
     switch (uniform(0, 3)) {
-      case 0: return cfg_.page_size - len % cfg_.page_size;
-      case 1: return cfg_.page_size * uniform(1, 2);
-      default: return uniform(1, 2 * cfg_.page_size);
+      case 0:
+        return cfg_.page_size - len % cfg_.page_size;
+      case 1:
+        return cfg_.page_size * uniform(1, 2);
+      default:
+        return uniform(1, 2 * cfg_.page_size);
     }
   }
 
@@ -491,11 +495,16 @@ class StoreModel {
         ++cov_.stale;
         DocHandle h = dead_docs_[uniform(0, static_cast<int>(dead_docs_.size()) - 1)];
         switch (uniform(0, 4)) {
-          case 0: return expect_error("stale document handle", [&] { store_->pin(h); });
-          case 1: return expect_error("stale document handle", [&] { store_->unpin(h); });
-          case 2: return expect_error("stale document handle", [&] { store_->erase(h); });
-          case 3: return expect_error("stale document handle", [&] { store_->commit(h); });
-          default: return expect_error("stale document handle", [&] { store_->info(h); });
+          case 0:
+            return expect_error("stale document handle", [&] { store_->pin(h); });
+          case 1:
+            return expect_error("stale document handle", [&] { store_->unpin(h); });
+          case 2:
+            return expect_error("stale document handle", [&] { store_->erase(h); });
+          case 3:
+            return expect_error("stale document handle", [&] { store_->commit(h); });
+          default:
+            return expect_error("stale document handle", [&] { store_->info(h); });
         }
       }
       case 1: {
@@ -507,9 +516,12 @@ class StoreModel {
         switch (uniform(0, 3)) {
           case 0:
             return expect_error("stale tail handle", [&] { store_->append(h, 1, kv, kv); });
-          case 1: return expect_error("stale tail handle", [&] { store_->reserve(h, 1); });
-          case 2: return expect_error("stale tail handle", [&] { store_->release(h); });
-          default: return expect_error("stale tail handle", [&] { store_->info(h); });
+          case 1:
+            return expect_error("stale tail handle", [&] { store_->reserve(h, 1); });
+          case 2:
+            return expect_error("stale tail handle", [&] { store_->release(h); });
+          default:
+            return expect_error("stale tail handle", [&] { store_->info(h); });
         }
       }
       case 2: {
@@ -662,10 +674,11 @@ TEST_CASE("KvStore agrees with a map-based model over random operations", "[kv][
   }
   INFO(failure);
   REQUIRE(failure.empty());
-  INFO(fmt::format("ops {} evictions {} store_full {} dedupes {} hits {} misses {} boundary {} "
-                   "invalid {} stale {} appends {} full checks {}",
-                   cov.ops, cov.evictions, cov.store_full, cov.dedupes, cov.hits, cov.misses,
-                   cov.boundary_inserts, cov.invalid, cov.stale, cov.appends, cov.full_checks));
+  INFO(
+      fmt::format("ops {} evictions {} store_full {} dedupes {} hits {} misses {} boundary {} "
+                  "invalid {} stale {} appends {} full checks {}",
+                  cov.ops, cov.evictions, cov.store_full, cov.dedupes, cov.hits, cov.misses,
+                  cov.boundary_inserts, cov.invalid, cov.stale, cov.appends, cov.full_checks));
   CHECK(cov.ops == total);
   // Every path the model covers must actually have run; a tiny --store-ops may not reach them.
   if (total >= 10000) {

@@ -1,16 +1,15 @@
 // Concurrency tests of KvStore: writers inserting, finding, pinning, erasing and appending at once,
 // and readers reading pinned documents' pages through the pool pointers while others evict.
-#include <catch2/catch.hpp>
+#include <fmt/format.h>
 
 #include <atomic>
+#include <catch2/catch.hpp>
 #include <cstdint>
 #include <mutex>
 #include <random>
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <fmt/format.h>
 
 #include "kv/store_contents.hpp"
 #include "lazyattn/kv.hpp"
@@ -57,8 +56,8 @@ void check_pinned(const KvStore& store, DocHandle h, int id, StorageForm f, cons
   DocInfo info = store.info(h);  // pinned: cannot be stale
   if (!info.committed) return;   // another thread is still writing it (allocate, then commit)
   if (info.length != docs.length(id)) {
-    failures.add(fmt::format("document {} has length {}, expected {}", id, info.length,
-                             docs.length(id)));
+    failures.add(
+        fmt::format("document {} has length {}, expected {}", id, info.length, docs.length(id)));
     return;
   }
   std::string bad = tk::check_contents(store, info.pages, docs.spec(id, f), 0, info.length);
@@ -102,8 +101,8 @@ TEST_CASE("KvStore stays consistent with several threads writing and reading at 
         switch (uniform(0, 7)) {
           case 0: {  // insert, sometimes pinned, then read what came back
             bool pin = uniform(0, 1);
-            InsertResult r = tk::insert_spec(store, docs.key(id), f, docs.length(id),
-                                             docs.spec(id, f), pin);
+            InsertResult r =
+                tk::insert_spec(store, docs.key(id), f, docs.length(id), docs.spec(id, f), pin);
             if (pin) {
               check_pinned(store, r.handle, id, f, docs, failures);
               store.unpin(r.handle);
@@ -166,8 +165,8 @@ TEST_CASE("KvStore stays consistent with several threads writing and reading at 
             }
             TailInfo info = store.info(tail);
             if (info.length != tail_length) {
-              failures.add(fmt::format("writer {} tail has length {}, expected {}", w,
-                                       info.length, tail_length));
+              failures.add(fmt::format("writer {} tail has length {}, expected {}", w, info.length,
+                                       tail_length));
             }
             std::string bad = tk::check_contents(store, info.pages, tail_spec, 0, tail_length);
             if (!bad.empty()) failures.add(fmt::format("writer {} tail: {}", w, bad));
@@ -185,8 +184,8 @@ TEST_CASE("KvStore stays consistent with several threads writing and reading at 
         if (contains(e, "store full")) {
           ++store_full;
         } else {
-          failures.add(fmt::format("writer {} op {}: unexpected lazyattn::Error: {}", w, op,
-                                   e.what()));
+          failures.add(
+              fmt::format("writer {} op {}: unexpected lazyattn::Error: {}", w, op, e.what()));
         }
       }
     }
@@ -301,8 +300,8 @@ TEST_CASE("KvStore readers see pinned documents intact while writers churn the p
         for (std::int64_t i = 0; i < docs.length(id); ++i) {
           std::uint64_t th = tk::token_hash(spec.seed, 0, i);
           for (int h = 0; h < cfg.num_kv_heads; ++h) {
-            std::int64_t off = g.offset(0, pages[j][i / g.page_size], h,
-                                        static_cast<int>(i % g.page_size));
+            std::int64_t off =
+                g.offset(0, pages[j][i / g.page_size], h, static_cast<int>(i % g.page_size));
             for (int d = 0; d < cfg.head_dim; ++d) {
               if (k[off + d] != tk::source_value(th, 0, h, d) ||
                   v[off + d] != tk::source_value(th, 1, h, d)) {

@@ -72,8 +72,7 @@ namespace detail {
 
 // A document's or tail's length, with the helper's name and the item's place prefixed to the
 // store's message when the handle is stale.
-inline std::int64_t length_of(const KvStore& store, DocHandle h, const char* where,
-                              std::size_t j) {
+inline std::int64_t length_of(const KvStore& store, DocHandle h, const char* where, std::size_t j) {
   try {
     return store.info(h).length;
   } catch (const Error& e) {
@@ -130,8 +129,7 @@ inline RequestLayout parallel(const KvStore& store, std::span<const DocHandle> d
     r.segments.push_back(Segment::document(docs[j], len, start));
     longest = std::max(longest, len);
   }
-  r.segments.push_back(
-      Segment::of_tail(tail, detail::length_of(store, tail, w), start + longest));
+  r.segments.push_back(Segment::of_tail(tail, detail::length_of(store, tail, w), start + longest));
   return r;
 }
 

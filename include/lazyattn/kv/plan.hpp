@@ -4,7 +4,8 @@
 //   request b owns segments [request_segment_indptr[b], request_segment_indptr[b+1])
 //              and query rows [request_query_indptr[b], request_query_indptr[b+1])
 //   segment s owns pages    page_ids[segment_page_indptr[s] .. segment_page_indptr[s+1])
-//   key i of segment s is slot i % page_size of page page_ids[segment_page_indptr[s] + i / page_size]
+//   key i of segment s is slot i % page_size of page
+//              page_ids[segment_page_indptr[s] + i / page_size]
 //              and sits at logical position segment_start[s] + i
 //   query r of request b (0-based within the request) is tail token
 //              tail_length - num_queries + r, at position query_position[b] + r
@@ -151,8 +152,8 @@ inline Plan make_plan(const KvStore& store, std::span<const RequestLayout> reque
         LAZYATTN_CHECK(s.length == t.length, w, ": request ", b, " tail segment ", j, " length ",
                        s.length, ", expected the tail's length ", t.length);
         LAZYATTN_CHECK(r.num_queries >= 1 && r.num_queries <= t.length, w, ": request ", b,
-                       " num_queries ", r.num_queries, ", expected in [1, tail length ",
-                       t.length, "]");
+                       " num_queries ", r.num_queries, ", expected in [1, tail length ", t.length,
+                       "]");
         tail_index = plan.num_segments();
         form = t.form;
         pages = std::move(t.pages);

@@ -64,7 +64,7 @@ struct InsertResult {
 // insert() and append() accept besides std::span<const T>.
 template <class R>
 concept StorageRange = std::ranges::contiguous_range<R> && std::ranges::sized_range<R> &&
-                       StorageElement<std::remove_cv_t<std::ranges::range_value_t<R>>>;
+    StorageElement<std::remove_cv_t<std::ranges::range_value_t<R>>>;
 
 class KvStore {
  public:
@@ -218,8 +218,7 @@ class KvStore {
   void erase(DocHandle h) {
     std::lock_guard lock(mu_);
     Doc& d = doc_locked(h, "KvStore::erase");
-    LAZYATTN_CHECK(d.pins == 0, "KvStore::erase: ", h, " is pinned ", d.pins,
-                   " times, expected 0");
+    LAZYATTN_CHECK(d.pins == 0, "KvStore::erase: ", h, " is pinned ", d.pins, " times, expected 0");
     remove_doc_locked(h.slot);
   }
 
@@ -412,8 +411,8 @@ class KvStore {
         continue;
       }
       ++live_tails;
-      LAZYATTN_CHECK(t.length >= 0 && t.length <= kMaxLength, w, ": tail slot ", s,
-                     " has length ", t.length);
+      LAZYATTN_CHECK(t.length >= 0 && t.length <= kMaxLength, w, ": tail slot ", s, " has length ",
+                     t.length);
       LAZYATTN_CHECK(static_cast<std::int64_t>(t.pages.size()) == pages_for(t.length), w,
                      ": tail slot ", s, " has ", t.pages.size(), " pages for length ", t.length);
       for (std::int32_t p : t.pages) claim(p, tail_owner(static_cast<std::uint32_t>(s)));
@@ -441,7 +440,7 @@ class KvStore {
 
   struct PoolDeleter {
     void operator()(std::byte* p) const noexcept {
-      ::operator delete(p, std::align_val_t{kPoolAlignment});
+      ::operator delete (p, std::align_val_t{kPoolAlignment});
     }
   };
   using PoolPtr = std::unique_ptr<std::byte, PoolDeleter>;
@@ -484,7 +483,7 @@ class KvStore {
   static PoolPtr allocate_pool(std::size_t bytes, const KvStoreConfig& c) {
     void* p = nullptr;
     try {
-      p = ::operator new(bytes, std::align_val_t{kPoolAlignment});
+      p = ::operator new (bytes, std::align_val_t{kPoolAlignment});
     } catch (const std::bad_alloc&) {
       detail::throw_error("KvStore: cannot allocate ", bytes, " bytes for a pool of num_pages ",
                           c.num_pages, ", expected a pool that fits in memory");
@@ -543,10 +542,9 @@ class KvStore {
     LAZYATTN_CHECK(pages_for(n) <= config_.num_pages, where, ": ", name, " ", n, " needs ",
                    pages_for(n), " pages, expected at most the store's num_pages ",
                    config_.num_pages);
-    std::size_t expected = static_cast<std::size_t>(config_.num_layers) *
-                           static_cast<std::size_t>(n) *
-                           static_cast<std::size_t>(config_.num_kv_heads) *
-                           static_cast<std::size_t>(config_.head_dim);
+    std::size_t expected =
+        static_cast<std::size_t>(config_.num_layers) * static_cast<std::size_t>(n) *
+        static_cast<std::size_t>(config_.num_kv_heads) * static_cast<std::size_t>(config_.head_dim);
     LAZYATTN_CHECK(k_size == expected, where, ": k has ", k_size, " elements, expected ", expected,
                    " = [num_layers ", config_.num_layers, ", ", name, " ", n, ", num_kv_heads ",
                    config_.num_kv_heads, ", head_dim ", config_.head_dim, "]");
@@ -556,20 +554,21 @@ class KvStore {
   }
 
   void check_pinnable(DocHandle h, const Doc& d, const char* where) const {
-    LAZYATTN_CHECK(d.pins < std::numeric_limits<std::int32_t>::max(), where, ": ", h,
-                   " is pinned ", d.pins, " times, expected fewer than 2^31 - 1");
+    LAZYATTN_CHECK(d.pins < std::numeric_limits<std::int32_t>::max(), where, ": ", h, " is pinned ",
+                   d.pins, " times, expected fewer than 2^31 - 1");
   }
 
   Doc& doc_locked(DocHandle h, const char* where) {
     return const_cast<Doc&>(std::as_const(*this).doc_locked(h, where));
   }
   const Doc& doc_locked(DocHandle h, const char* where) const {
-    LAZYATTN_CHECK(h.slot < docs_.size(), where, ": ", h, " names no document slot (",
-                   docs_.size(), " slots)");
+    LAZYATTN_CHECK(h.slot < docs_.size(), where, ": ", h, " names no document slot (", docs_.size(),
+                   " slots)");
     const Doc& d = docs_[h.slot];
-    LAZYATTN_CHECK(d.live && d.generation == h.generation, where, ": stale document handle ", h,
-                   d.live ? ", the slot now holds generation " : ", the slot is empty at generation ",
-                   d.generation);
+    LAZYATTN_CHECK(
+        d.live && d.generation == h.generation, where, ": stale document handle ", h,
+        d.live ? ", the slot now holds generation " : ", the slot is empty at generation ",
+        d.generation);
     return d;
   }
   Tail& tail_locked(TailHandle h, const char* where) {
@@ -579,9 +578,10 @@ class KvStore {
     LAZYATTN_CHECK(h.slot < tails_.size(), where, ": ", h, " names no tail slot (", tails_.size(),
                    " slots)");
     const Tail& t = tails_[h.slot];
-    LAZYATTN_CHECK(t.live && t.generation == h.generation, where, ": stale tail handle ", h,
-                   t.live ? ", the slot now holds generation " : ", the slot is empty at generation ",
-                   t.generation);
+    LAZYATTN_CHECK(
+        t.live && t.generation == h.generation, where, ": stale tail handle ", h,
+        t.live ? ", the slot now holds generation " : ", the slot is empty at generation ",
+        t.generation);
     return t;
   }
 
