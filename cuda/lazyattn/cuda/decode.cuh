@@ -11,7 +11,8 @@
 //   local form  the query is rotated once per segment by (m - s) and rounded to 16 bits once;
 //   raw form    the query is rotated by m, each key at its logical position n in fp32 registers,
 //               with cos/sin(n w) = cos/sin(n0 w) (x) cos/sin((n - n0) w): one exact angle per
-//               tile and key row, the in-tile offsets from a table (DeviceRope).
+//               pair for each warp's group of 16 keys (computed a tile ahead, off the critical
+//               path), the offsets 0..15 from a table (DeviceRope) kept in shared memory.
 // kRope = false skips both (keys pre-rotated at logical positions, queries pre-rotated by the
 // caller): the RoPE-off baseline.
 #pragma once
@@ -68,15 +69,21 @@ struct DecodeShape {
   static constexpr int kKSteps = D / 16;
   static constexpr int kTileElems = kDecodeTileKeys * D;
   static constexpr bool kQInRegisters = D <= 128;
-  // Shared memory (bytes): K/V stages, the query (fp32 raw and 16-bit rotated), cos/sin scratch.
+  static constexpr int kGroupKeys = 16;  // keys per warp: raw-form angles are based per group
+  // Shared memory (bytes): K/V stages (reused to merge the warps), the rotated 16-bit query,
+  // cos/sin of the query's rotation, and for raw form the cos/sin of each warp group's base
+  // position (two tiles: the next one is computed ahead) and of the offsets 0..15 within a group.
   static constexpr int kStageBytes = 2 * kTileElems * 2;
   static constexpr int kMergeBytes = kDecodeWarps * kRows * (D + 2) * 4;
   static constexpr int kPipeBytes = kStages * kStageBytes > kMergeBytes ? kStages * kStageBytes
                                                                        : kMergeBytes;
-  static constexpr int kQRawOffset = kPipeBytes;
-  static constexpr int kQRotOffset = kQRawOffset + kRows * D * 4;
-  static constexpr int kCsOffset = kQRotOffset + kRows * D * 2;
-  static constexpr int kSmemBytes = kCsOffset + (D / 2) * 8 * 2;
+  static constexpr int kQRotOffset = kPipeBytes;
+  static constexpr int kCsQueryOffset = kQRotOffset + kRows * D * 2;
+  static constexpr int kCsBaseOffset = kCsQueryOffset + (D / 2) * 8;
+  static constexpr int kCsOffsetOffset = kCsBaseOffset + 2 * kDecodeWarps * (D / 2) * 8;
+  static constexpr int kSmemBytes = kCsOffsetOffset + kGroupKeys * (D / 2) * 8;
+  // Two CTAs per multiprocessor (228 KiB, 1 KiB reserved per CTA) up to D = 128.
+  static_assert(D > 128 || kSmemBytes <= 113 * 1024, "decode: shared memory too large for 2 CTAs/SM");
 };
 
 // Element (row, chunk) of a [rows][D] 16-bit tile, chunks XOR-swizzled by row: ldmatrix's eight
@@ -84,24 +91,6 @@ struct DecodeShape {
 template <int D>
 __device__ __forceinline__ int swizzle(int row, int chunk) {
   return row * D + ((chunk ^ (row & 7)) << 3);
-}
-
-// Rotated query element: (R(delta) q)[d] for half or interleaved pairs, given cos/sin per pair.
-__device__ __forceinline__ float rotated_element(const float* q, int d, int rotary_dim,
-                                                 bool interleaved, const float2* cs) {
-  if (d >= rotary_dim) return q[d];
-  if (interleaved) {
-    int j = d >> 1;
-    float2 c = cs[j];
-    return (d & 1) ? q[d] * c.x + q[d - 1] * c.y : q[d] * c.x - q[d + 1] * c.y;
-  }
-  int half = rotary_dim >> 1;
-  if (d < half) {
-    float2 c = cs[d];
-    return q[d] * c.x - q[d + half] * c.y;
-  }
-  float2 c = cs[d - half];
-  return q[d] * c.x + q[d - half] * c.y;
 }
 
 // Rotates a key pair (x, y) in place by (cos, sin).
@@ -122,10 +111,10 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
   using Shape = DecodeShape<D>;
   extern __shared__ __align__(128) unsigned char smem[];
   T* stage_base = reinterpret_cast<T*>(smem);
-  float* q_raw = reinterpret_cast<float*>(smem + Shape::kQRawOffset);
   T* q_rot = reinterpret_cast<T*>(smem + Shape::kQRotOffset);
-  float2* cs_query = reinterpret_cast<float2*>(smem + Shape::kCsOffset);
-  float2* cs_tile = cs_query + D / 2;
+  float2* cs_query = reinterpret_cast<float2*>(smem + Shape::kCsQueryOffset);
+  float2* cs_base = reinterpret_cast<float2*>(smem + Shape::kCsBaseOffset);   // [2][warp][pair]
+  float2* cs_offset = reinterpret_cast<float2*>(smem + Shape::kCsOffsetOffset);  // [16][pair]
 
   const int work = blockIdx.x;
   const int kv_head = blockIdx.y;
@@ -145,14 +134,6 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
   const int rope_set = p.rope.per_request ? b : 0;
   const int rot_half = p.rope.rotary_dim / 2;
   const std::uint64_t* turns = p.rope.turns + static_cast<std::int64_t>(rope_set) * rot_half;
-
-  // ---- the group's queries, fp32, rows >= G zero ---------------------------------------------
-  const T* q_src = static_cast<const T*>(p.q) +
-                   (static_cast<std::int64_t>(q_row0) * p.num_qo_heads + kv_head * G) * D;
-  for (int i = tid; i < kRows * D; i += kDecodeThreads) {
-    int row = i / D;
-    q_raw[i] = row < G ? ptx::to_f32(q_src[i]) : 0.0f;
-  }
 
   // ---- K/V tile loader: rows past the segment end are zero-filled, never read ----------------
   const T* k_pool = static_cast<const T*>(p.k_pool) + kv_head * p.head_stride;
@@ -181,12 +162,17 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
     }
   };
 
+  // The first tiles go out before anything else: their memory latency hides the query setup.
   constexpr int S = Shape::kStages;
 #pragma unroll
   for (int s = 0; s < S - 1; ++s) {
     if (tile_begin + s < tile_end) load_tile(tile_begin + s, s);
     ptx::cp_async_commit();
   }
+
+  // The group's queries (16-bit, un-rotated) in global memory; rows >= G read as zero.
+  const T* q_src = static_cast<const T*>(p.q) +
+                   (static_cast<std::int64_t>(q_row0) * p.num_qo_heads + kv_head * G) * D;
 
   // ---- per-warp state ------------------------------------------------------------------------
   float acc[D / 8][4];
@@ -197,9 +183,25 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
   std::uint32_t qa[Shape::kQInRegisters ? Shape::kKSteps : 1][4];
   std::int64_t q_delta = 0;
   bool q_ready = false;
+  bool offsets_ready = false;  // raw form: cs_offset loaded
+  bool base_ready = false;     // raw form: cs_base holds this tile's angles
 
   const int rotary = p.rope.rotary_dim;
   const bool interleaved = p.rope.interleaved != 0;
+  auto is_raw = [&](int tile) {
+    return kRope && p.plan.segment_form[p.sched.tile_segment[tile]] ==
+                        static_cast<std::uint8_t>(StorageForm::kRaw);
+  };
+  // cos/sin of each warp group's first key position in `tile`, into buffer `parity`.
+  auto compute_bases = [&](int tile, int parity) {
+    const int seg = p.sched.tile_segment[tile];
+    const std::int64_t n0 = p.plan.segment_start[seg] + p.sched.tile_key_begin[tile];
+    for (int i = tid; i < kDecodeWarps * rot_half; i += kDecodeThreads) {
+      int grp = i / rot_half, j = i % rot_half;
+      cs_base[(parity * kDecodeWarps + grp) * (D / 2) + j] =
+          rope_cos_sin(n0 + grp * Shape::kGroupKeys, turns[j]);
+    }
+  };
 
   for (int tile = tile_begin; tile < tile_end; ++tile) {
     const int it = tile - tile_begin;
@@ -211,22 +213,40 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
     const int seg = p.sched.tile_segment[tile];
     const int key0 = p.sched.tile_key_begin[tile];
     const int seg_len = p.plan.segment_length[seg];
-    const bool raw = kRope && p.plan.segment_form[seg] == static_cast<std::uint8_t>(StorageForm::kRaw);
+    const bool raw = is_raw(tile);
     const std::int64_t seg_start = p.plan.segment_start[seg];
 
     // ---- (re)build the rotated query when the rotation changes: once per local segment -------
     std::int64_t delta = raw ? m_pos : m_pos - seg_start;
     if (!q_ready || (kRope && delta != q_delta)) {
       if (kRope) {
-        for (int j = tid; j < rotary / 2; j += kDecodeThreads)
-          cs_query[j] = rope_cos_sin(delta, turns[j]);
+        for (int j = tid; j < rot_half; j += kDecodeThreads) cs_query[j] = rope_cos_sin(delta, turns[j]);
       }
       __syncthreads();
       for (int i = tid; i < kRows * D; i += kDecodeThreads) {
         int row = i / D, d = i % D;
-        float v = kRope ? rotated_element(q_raw + row * D, d, rotary, interleaved, cs_query)
-                        : q_raw[i];
-        if (kRope && d < rotary) v *= p.rope.query_scale;
+        float v = 0.0f;
+        if (row < G) {
+          const T* qr = q_src + row * D;
+          if (!kRope || d >= rotary) {
+            v = ptx::to_f32(qr[d]);
+          } else {
+            int j, partner;
+            bool first;
+            if (interleaved) {
+              j = d >> 1;
+              first = (d & 1) == 0;
+              partner = first ? d + 1 : d - 1;
+            } else {
+              first = d < rot_half;
+              j = first ? d : d - rot_half;
+              partner = first ? d + rot_half : d - rot_half;
+            }
+            float x = ptx::to_f32(qr[d]), y = ptx::to_f32(qr[partner]);
+            float2 c = cs_query[j];
+            v = (first ? x * c.x - y * c.y : x * c.x + y * c.y) * p.rope.query_scale;
+          }
+        }
         q_rot[swizzle<D>(row, d >> 3) + (d & 7)] = ptx::from_f32<T>(v * p.sm_scale_log2);
       }
       __syncthreads();
@@ -242,11 +262,23 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
       q_ready = true;
     }
 
-    // ---- raw form: cos/sin of the tile's base position, one exact angle per pair --------------
-    const std::int64_t n0 = seg_start + key0;
-    if (raw) {
-      for (int j = tid; j < rotary / 2; j += kDecodeThreads) cs_tile[j] = rope_cos_sin(n0, turns[j]);
+    // ---- raw form: base angles of this tile (normally computed one tile ahead) ----------------
+    if (raw && !base_ready) {
+      if (!offsets_ready) {
+        const float2* table =
+            p.rope.offset_cs + static_cast<std::int64_t>(rope_set) * p.rope.offset_rows * rot_half;
+        for (int i = tid; i < Shape::kGroupKeys * rot_half; i += kDecodeThreads)
+          cs_offset[(i / rot_half) * (D / 2) + i % rot_half] = table[i];
+        offsets_ready = true;
+      }
+      compute_bases(tile, it & 1);
       __syncthreads();
+    }
+    // The next tile's bases, written now into the other buffer, are read after the next barrier.
+    base_ready = false;
+    if (tile + 1 < tile_end && offsets_ready && is_raw(tile + 1)) {
+      compute_bases(tile + 1, (it + 1) & 1);
+      base_ready = true;
     }
 
     const T* ks = stage_base + (it % S) * 2 * Shape::kTileElems;
@@ -284,21 +316,21 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
         ptx::mma_16816<T>(s[1], a, kb[2], kb[3]);
       }
     } else {
-      // This thread's B fragments hold keys (warp*16 + g) and (warp*16 + 8 + g).
-      const float2* off_cs =
-          p.rope.offset_cs + static_cast<std::int64_t>(rope_set) * p.rope.offset_rows * rot_half;
-      const int key_a = warp * 16 + g, key_b = key_a + 8;
+      // This thread's B fragments hold keys (warp*16 + g) and (warp*16 + 8 + g): offsets g and
+      // g + 8 from its warp group's base position.
+      const float2* base = cs_base + ((it & 1) * kDecodeWarps + warp) * (D / 2);
+      const int key_a = g, key_b = g + 8;
       // Rotated 16-bit registers for (key, dims j, j+1) given the partner register.
       auto rot_regs = [&](std::uint32_t& x_reg, std::uint32_t& y_reg, int key, int j0, bool inter) {
         float2 xv = ptx::unpack2<T>(x_reg);
         if (inter) {  // the pair is the register's two halves: dims (2i, 2i+1), i = j0 / 2
-          float2 c = combine_angles(cs_tile[j0 >> 1], off_cs[key * rot_half + (j0 >> 1)]);
+          float2 c = combine_angles(base[j0 >> 1], cs_offset[key * (D / 2) + (j0 >> 1)]);
           rotate_pair(xv.x, xv.y, c);
           x_reg = ptx::pack2<T>(xv.x, xv.y);
         } else {  // pairs (j, j + rotary/2) across two registers
           float2 yv = ptx::unpack2<T>(y_reg);
-          float2 c0 = combine_angles(cs_tile[j0], off_cs[key * rot_half + j0]);
-          float2 c1 = combine_angles(cs_tile[j0 + 1], off_cs[key * rot_half + j0 + 1]);
+          float2 c0 = combine_angles(base[j0], cs_offset[key * (D / 2) + j0]);
+          float2 c1 = combine_angles(base[j0 + 1], cs_offset[key * (D / 2) + j0 + 1]);
           rotate_pair(xv.x, yv.x, c0);
           rotate_pair(xv.y, yv.y, c1);
           x_reg = ptx::pack2<T>(xv.x, xv.y);
@@ -530,8 +562,8 @@ inline void decode(const DecodeArgs& args, const DevicePool& pool, const DeviceP
     LAZYATTN_CHECK(rv.rotary_dim % (rv.interleaved ? 16 : 32) == 0, w, ": rotary_dim ",
                    rv.rotary_dim, ", expected a multiple of ", rv.interleaved ? 16 : 32,
                    " for the CUDA kernels");
-    LAZYATTN_CHECK(rv.offset_rows >= detail::kDecodeTileKeys, w, ": rope table of ",
-                   rv.offset_rows, " rows, expected >= ", detail::kDecodeTileKeys);
+    LAZYATTN_CHECK(rv.offset_rows >= 16, w, ": rope offset table of ", rv.offset_rows,
+                   " rows, expected >= 16");
   }
   const DecodeScheduleView& sv = plan.schedule();
   if (sv.num_work == 0) return;

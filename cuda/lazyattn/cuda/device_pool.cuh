@@ -74,10 +74,10 @@ class DevicePool {
   void upload_pages(const KvStore& store, std::span<const std::int32_t> pages,
                     cudaStream_t stream = nullptr) {
     check_store(store, "DevicePool::upload_pages");
-    copy_pages(pages, stream, [&](std::size_t off, std::size_t bytes) {
-      LAZYATTN_CUDA_CHECK(cudaMemcpyAsync(k_.data() + off, store.k_bytes() + off, bytes,
+    copy_pages(store, pages, [&](std::size_t host_off, std::size_t dev_off, std::size_t bytes) {
+      LAZYATTN_CUDA_CHECK(cudaMemcpyAsync(k_.data() + dev_off, store.k_bytes() + host_off, bytes,
                                           cudaMemcpyHostToDevice, stream));
-      LAZYATTN_CUDA_CHECK(cudaMemcpyAsync(v_.data() + off, store.v_bytes() + off, bytes,
+      LAZYATTN_CUDA_CHECK(cudaMemcpyAsync(v_.data() + dev_off, store.v_bytes() + host_off, bytes,
                                           cudaMemcpyHostToDevice, stream));
     });
   }
@@ -94,10 +94,10 @@ class DevicePool {
   void download_pages(KvStore& store, std::span<const std::int32_t> pages,
                       cudaStream_t stream = nullptr) const {
     check_store(store, "DevicePool::download_pages");
-    copy_pages(pages, stream, [&](std::size_t off, std::size_t bytes) {
-      LAZYATTN_CUDA_CHECK(cudaMemcpyAsync(store.k_bytes() + off, k_.data() + off, bytes,
+    copy_pages(store, pages, [&](std::size_t host_off, std::size_t dev_off, std::size_t bytes) {
+      LAZYATTN_CUDA_CHECK(cudaMemcpyAsync(store.k_bytes() + host_off, k_.data() + dev_off, bytes,
                                           cudaMemcpyDeviceToHost, stream));
-      LAZYATTN_CUDA_CHECK(cudaMemcpyAsync(store.v_bytes() + off, v_.data() + off, bytes,
+      LAZYATTN_CUDA_CHECK(cudaMemcpyAsync(store.v_bytes() + host_off, v_.data() + dev_off, bytes,
                                           cudaMemcpyDeviceToHost, stream));
     });
     LAZYATTN_CUDA_CHECK(cudaStreamSynchronize(stream));
@@ -119,15 +119,18 @@ class DevicePool {
                    "may have more pages than the store, nothing else may differ)");
   }
 
+  // Calls copy(host offset, device offset, bytes) per page and layer. The offsets differ when the
+  // device pool has more pages than the store: each layer's block is as long as its page count.
   template <class Copy>
-  void copy_pages(std::span<const std::int32_t> pages, cudaStream_t, Copy&& copy) const {
+  void copy_pages(const KvStore& store, std::span<const std::int32_t> pages, Copy&& copy) const {
+    const PoolGeometry& host = store.geometry();
     std::size_t page_bytes = static_cast<std::size_t>(geometry_.page_stride()) * element_size();
     for (std::int32_t p : pages) {
-      LAZYATTN_CHECK(p >= 0 && p < config_.num_pages, "DevicePool: page id ", p,
-                     ", expected in [0, ", config_.num_pages, ")");
+      LAZYATTN_CHECK(p >= 0 && p < host.num_pages, "DevicePool: page id ", p,
+                     ", expected in [0, ", host.num_pages, ")");
       for (int l = 0; l < config_.num_layers; ++l) {
-        std::size_t off = static_cast<std::size_t>(geometry_.offset(l, p, 0, 0)) * element_size();
-        copy(off, page_bytes);
+        copy(static_cast<std::size_t>(host.offset(l, p, 0, 0)) * element_size(),
+             static_cast<std::size_t>(geometry_.offset(l, p, 0, 0)) * element_size(), page_bytes);
       }
     }
   }

@@ -36,6 +36,11 @@ struct DecodeSchedule {
   std::int32_t num_work() const { return static_cast<std::int32_t>(work_request.size()); }
 };
 
+// The cost model's constants, in units of one tile's streaming time: a CTA's start-up and
+// epilogue, and the merge of split states.
+inline constexpr double kCtaOverheadTiles = 2.0;
+inline constexpr double kMergeCostTiles = 1.0;
+
 struct ScheduleOptions {
   int tile_keys = 64;
   int num_sms = 132;
@@ -72,13 +77,33 @@ inline DecodeSchedule make_decode_schedule(const Plan& plan, int num_kv_heads,
   }
   s.num_tiles = static_cast<std::int32_t>(s.tile_segment.size());
 
-  // Tiles per split: spread the tile-heads of the whole batch over about two waves of CTAs.
+  // Tiles per split: pick the chunk that minimises a simple cost, waves x (tiles per CTA + a fixed
+  // cost per CTA), where a wave is one CTA on every slot (SMs x CTAs per SM). Fewer waves save the
+  // per-CTA start-up and the last wave's idle slots; shorter chunks cut the per-wave time.
   std::int64_t chunk = 0;
   if (opt.forced_splits == 0) {
-    std::int64_t target_ctas = static_cast<std::int64_t>(opt.num_sms) * opt.ctas_per_sm * 2;
-    std::int64_t tile_heads = static_cast<std::int64_t>(s.num_tiles) * num_kv_heads;
-    chunk = std::max<std::int64_t>(opt.min_tiles_per_split,
-                                   (tile_heads + target_ctas - 1) / target_ctas);
+    const std::int64_t slots = static_cast<std::int64_t>(opt.num_sms) * opt.ctas_per_sm;
+    std::int64_t max_tiles = 1;
+    for (std::int64_t t : request_tiles) max_tiles = std::max(max_tiles, t);
+    double best = 0.0;
+    for (std::int64_t c = std::min<std::int64_t>(opt.min_tiles_per_split, max_tiles);
+         c <= max_tiles; ++c) {
+      std::int64_t ctas = 0, longest = 0;
+      bool split = false;
+      for (std::int64_t t : request_tiles) {
+        std::int64_t n = std::max<std::int64_t>(1, (t + c - 1) / c);
+        ctas += n * num_kv_heads;
+        longest = std::max(longest, (t + n - 1) / n);
+        split = split || n > 1;
+      }
+      std::int64_t waves = (ctas + slots - 1) / slots;
+      double cost = static_cast<double>(waves) * (static_cast<double>(longest) + kCtaOverheadTiles) +
+                    (split ? kMergeCostTiles : 0.0);
+      if (chunk == 0 || cost < best) {
+        best = cost;
+        chunk = c;
+      }
+    }
   }
   s.request_num_splits.resize(static_cast<std::size_t>(B));
   s.request_partial_offset.resize(static_cast<std::size_t>(B));
