@@ -144,9 +144,9 @@ TEST_CASE("half and interleaved layouts are one rotation up to a permutation of 
   // perm maps an interleaved dim to the half-layout dim playing the same role.
   std::vector<int> perm(static_cast<std::size_t>(inter.head_dim));
   std::iota(perm.begin(), perm.end(), 0);
-  for (int i = 0; i < h; ++i) {
-    perm[2 * i] = i;
-    perm[2 * i + 1] = i + h;
+  for (std::size_t i = 0; i < static_cast<std::size_t>(h); ++i) {
+    perm[2 * i] = static_cast<int>(i);
+    perm[2 * i + 1] = static_cast<int>(i) + h;
   }
   auto x = random_vector(static_cast<std::size_t>(inter.head_dim), rng);
   std::vector<double> x_half(x.size());

@@ -180,7 +180,7 @@ TEST_CASE("yarn keeps an explicit factor; an unset one is the ratio of the lengt
   CHECK(qwen.attention_factor == Approx(0.1 * std::log(4.0) + 1.0).epsilon(1e-15));
 
   RopeConfig c = small(8, 10000.0);
-  c.max_position_embeddings = 8 * 6283;
+  c.max_position_embeddings = std::int64_t{8} * 6283;
   c.rope_scaling.rope_type = RopeType::kYarn;
   c.rope_scaling.original_max_position_embeddings = 6283;
   RopeFrequencies ratio = compute_rope_frequencies(c);  // factor unset: 8

@@ -108,7 +108,7 @@ class Parser {
       if (c >= 0x20 && c < 0x7f) {
         got = concat("'", static_cast<char>(c), "'");
       } else {
-        static constexpr char kHex[] = "0123456789abcdef";
+        constexpr std::string_view kHex = "0123456789abcdef";
         got = concat("byte 0x", kHex[c >> 4], kHex[c & 15]);
       }
     }

@@ -233,7 +233,7 @@ inline void yarn_frequencies(const RopeConfig& c, RopeFrequencies& f) {
   const int dim = f.rotary_dim;
   const double base = c.rope_theta;
   const double factor = scaling_factor_of(c);
-  const double original_max = static_cast<double>(original_max_of(c));
+  const auto original_max = static_cast<double>(original_max_of(c));
   if (s.attention_factor) {
     f.attention_factor = *s.attention_factor;
   } else if (s.mscale && s.mscale_all_dim && *s.mscale != 0.0 && *s.mscale_all_dim != 0.0) {
@@ -273,7 +273,7 @@ inline void llama3_frequencies(const RopeConfig& c, RopeFrequencies& f) {
   const double factor = *s.factor;
   const double low_ff = *s.low_freq_factor;
   const double high_ff = *s.high_freq_factor;
-  const double old_len = static_cast<double>(original_max_of(c));
+  const auto old_len = static_cast<double>(original_max_of(c));
   const double low_freq_wavelen = old_len / low_ff;
   const double high_freq_wavelen = old_len / high_ff;
   auto pf = position_freqs(c.rope_theta, f.rotary_dim);
@@ -334,7 +334,7 @@ inline RopeFrequencies compute_rope_frequencies(const RopeConfig& c, std::int64_
     case RopeType::kDynamic: {
       // NTK-aware base growth once the request outgrows the trained context.
       double factor = *s.factor;
-      double max_pos = static_cast<double>(c.max_position_embeddings);
+      auto max_pos = static_cast<double>(c.max_position_embeddings);
       double len = std::max(static_cast<double>(seq_len), max_pos);
       double base = c.rope_theta * std::pow((factor * len / max_pos) - (factor - 1.0),
                                             static_cast<double>(dim) / (dim - 2));

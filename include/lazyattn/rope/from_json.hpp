@@ -160,8 +160,9 @@ class RopeJsonReader {
   }
 
   int read_head_dim(const json::Value& root, bool gptj_like) const {
-    if (const json::Value* v = field(root, "qk_rope_head_dim"))
+    if (const json::Value* v = field(root, "qk_rope_head_dim")) {
       return int_of(*v, "qk_rope_head_dim");
+    }
     if (const json::Value* v = field(root, "head_dim")) return int_of(*v, "head_dim");
     const char* hidden_name = gptj_like ? "n_embd" : "hidden_size";
     const char* heads_name = gptj_like ? "n_head" : "num_attention_heads";
@@ -201,12 +202,14 @@ class RopeJsonReader {
       // Models with different RoPE per layer type nest one object per type ({"full_attention":
       // {...}, "sliding_attention": {...}}); which one applies is the caller's choice.
       bool nested = true;
-      for (const json::Member& m : scaling->object)
+      for (const json::Member& m : scaling->object) {
         nested = nested && m.value.kind == json::Kind::kObject;
+      }
       if (nested) {
         std::string keys;
-        for (const json::Member& m : scaling->object)
+        for (const json::Member& m : scaling->object) {
           keys += concat(keys.empty() ? "" : ", ", m.key);
+        }
         throw_error(kWhere, ": \"", path(scaling_prefix_.substr(0, scaling_prefix_.size() - 1)),
                     "\" holds one object per layer type (", keys,
                     "), expected a single schedule; pass that layer type's object instead");
@@ -222,8 +225,9 @@ class RopeJsonReader {
       }
     }
     if (const json::Value* v = field(root, "rope_theta")) return number_of(*v, "rope_theta");
-    if (const json::Value* v = field(root, "rotary_emb_base"))
+    if (const json::Value* v = field(root, "rotary_emb_base")) {
       return number_of(*v, "rotary_emb_base");
+    }
     return 10000.0;
   }
 
@@ -288,10 +292,12 @@ class RopeJsonReader {
     if (const json::Value* v = s.find("truncate")) {
       r.truncate = v->is_null() ? false : bool_of(*v, sp + "truncate");
     }
-    if (const json::Value* v = field(s, "short_factor"))
+    if (const json::Value* v = field(s, "short_factor")) {
       r.short_factor = numbers_of(*v, sp + "short_factor");
-    if (const json::Value* v = field(s, "long_factor"))
+    }
+    if (const json::Value* v = field(s, "long_factor")) {
       r.long_factor = numbers_of(*v, sp + "long_factor");
+    }
 
     // Fields transformers indexes without a default (a KeyError there) are required here.
     auto t = to_string(type);
@@ -303,8 +309,8 @@ class RopeJsonReader {
     switch (type) {
       case RopeType::kDefault: break;
       case RopeType::kLinear:
-      case RopeType::kDynamic: require("factor"); break;
-      case RopeType::kYarn: require("factor"); break;  // null is allowed: the length ratio
+      case RopeType::kDynamic:
+      case RopeType::kYarn: require("factor"); break;  // yarn allows null: the length ratio
       case RopeType::kLlama3:
         require("factor");
         require("low_freq_factor");

@@ -47,8 +47,8 @@ void rotate(const RopeFrequencies& f, std::int64_t position, std::span<T> x) {
   for (int i = 0; i < f.num_pairs(); ++i) {
     CosSin cs = cos_sin(position, f.turns[i]);
     PairDims p = pair_dims(f.pair_layout, f.rotary_dim, i);
-    double a = static_cast<double>(x[p.first]);
-    double b = static_cast<double>(x[p.second]);
+    auto a = static_cast<double>(x[p.first]);
+    auto b = static_cast<double>(x[p.second]);
     x[p.first] = static_cast<T>(a * cs.cos - b * cs.sin);
     x[p.second] = static_cast<T>(a * cs.sin + b * cs.cos);
   }
