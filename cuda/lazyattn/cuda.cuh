@@ -6,7 +6,6 @@
 #include "lazyattn/cuda/device_plan.cuh"
 #include "lazyattn/cuda/device_pool.cuh"
 #include "lazyattn/cuda/device_rope.cuh"
-#include "lazyattn/cuda/merge.cuh"
 #include "lazyattn/cuda/page_write.cuh"
 #include "lazyattn/cuda/reencode.cuh"
 #include "lazyattn/cuda/rope.cuh"

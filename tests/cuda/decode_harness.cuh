@@ -39,9 +39,10 @@ inline std::vector<float> rounded_queries(const Scenario& sc) {
   return q;
 }
 
-// The store's geometry with as many spare pages again: room for the eager baseline's copies.
-inline KvStoreConfig with_spare_pages(KvStoreConfig c) {
-  c.num_pages = 2 * c.num_pages + 8;
+// The store's geometry plus one spare page per page the plan reads: room for the eager
+// baseline's copies (a document used by several segments is copied once per segment).
+inline KvStoreConfig with_spare_pages(KvStoreConfig c, const Plan& plan) {
+  c.num_pages += static_cast<std::int64_t>(plan.page_ids.size());
   return c;
 }
 
@@ -58,7 +59,7 @@ struct DeviceScenario {
   cuda::DecodeWorkspace ws;
 
   DeviceScenario(const Scenario& s, int forced_splits)
-      : sc(s), pool(with_spare_pages(s.store->config())), rope(s.rope) {
+      : sc(s), pool(with_spare_pages(s.store->config(), s.plan)), rope(s.rope) {
     std::vector<std::int32_t> all(static_cast<std::size_t>(s.store->config().num_pages));
     std::iota(all.begin(), all.end(), 0);
     pool.upload_pages(*s.store, all);

@@ -27,7 +27,6 @@
 #include "lazyattn/cuda/device_plan.cuh"
 #include "lazyattn/cuda/device_pool.cuh"
 #include "lazyattn/cuda/device_rope.cuh"
-#include "lazyattn/cuda/merge.cuh"
 #include "lazyattn/cuda/ptx.cuh"
 #include "lazyattn/cuda/rope.cuh"
 #include "lazyattn/kv/plan.hpp"
@@ -48,6 +47,7 @@ struct DecodeParams {
   RopeView rope;
   float* partial_o = nullptr;    // [num_partials, num_qo_heads, head_dim]
   float* partial_lse = nullptr;  // [num_partials, num_qo_heads], log2 units
+  int* split_counters = nullptr;  // [num_requests, num_kv_heads], zero between launches
   float sm_scale_log2 = 0.0f;    // softmax scale * log2(e)
   std::int32_t num_qo_heads = 0;
   std::int32_t num_kv_heads = 0;
@@ -113,7 +113,7 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
   T* stage_base = reinterpret_cast<T*>(smem);
   T* q_rot = reinterpret_cast<T*>(smem + Shape::kQRotOffset);
   float2* cs_query = reinterpret_cast<float2*>(smem + Shape::kCsQueryOffset);
-  float2* cs_base = reinterpret_cast<float2*>(smem + Shape::kCsBaseOffset);   // [2][warp][pair]
+  float2* cs_base = reinterpret_cast<float2*>(smem + Shape::kCsBaseOffset);      // [2][warp][pair]
   float2* cs_offset = reinterpret_cast<float2*>(smem + Shape::kCsOffsetOffset);  // [16][pair]
 
   const int work = blockIdx.x;
@@ -123,6 +123,7 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
   const int lane = tid & 31;
   const int g = lane >> 2;
   const int t4 = lane & 3;
+  const int mi = lane >> 3;  // which 8x8 matrix of an ldmatrix.x4 this lane addresses
 
   const int b = p.sched.work_request[work];
   const int tile_begin = p.sched.work_tile_begin[work];
@@ -132,43 +133,66 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
   const std::int64_t m_pos = p.plan.request_query_position[b];
   const int q_row0 = p.plan.request_query_indptr[b];
   const int rope_set = p.rope.per_request ? b : 0;
-  const int rot_half = p.rope.rotary_dim / 2;
+  const int rotary = p.rope.rotary_dim;
+  const int rot_half = rotary / 2;
+  const bool interleaved = p.rope.interleaved != 0;
   const std::uint64_t* turns = p.rope.turns + static_cast<std::int64_t>(rope_set) * rot_half;
 
-  // ---- K/V tile loader: rows past the segment end are zero-filled, never read ----------------
+  // ---- K/V tiles: addresses come from TileInfo records and page ids fetched ahead ------------
+  // The pipeline keeps every global load that a cp.async address depends on one iteration ahead
+  // of its use, so no dependent load chain (tile -> page id -> address) stalls the issue.
+  constexpr int S = Shape::kStages;
+  constexpr int kRowsPerPass = kDecodeThreads / Shape::kChunks;
+  constexpr int kRowsPerThread = kDecodeTileKeys / kRowsPerPass;
+  const int chunk = tid % Shape::kChunks;
+  const int row0 = tid / Shape::kChunks;
+  const int page_mask = (1 << p.page_size_log2) - 1;
   const T* k_pool = static_cast<const T*>(p.k_pool) + kv_head * p.head_stride;
   const T* v_pool = static_cast<const T*>(p.v_pool) + kv_head * p.head_stride;
-  const int page_mask = (1 << p.page_size_log2) - 1;
-  auto load_tile = [&](int tile, int stage) {
-    const int seg = p.sched.tile_segment[tile];
-    const int key0 = p.sched.tile_key_begin[tile];
-    const int seg_len = p.plan.segment_length[seg];
-    const std::int32_t* pages = p.plan.page_ids + p.plan.segment_page_indptr[seg];
+  auto fetch_info = [&](int tile) {
+    TileInfo ti;
+    if (tile < tile_end) ti = p.sched.tiles[tile];
+    return ti;
+  };
+  auto fetch_pages = [&](const TileInfo& ti, int (&pg)[kRowsPerThread]) {
+#pragma unroll
+    for (int i = 0; i < kRowsPerThread; ++i) {
+      int r = min(row0 + i * kRowsPerPass, max(ti.rows - 1, 0));
+      pg[i] = ti.rows > 0 ? p.plan.page_ids[ti.page_base + ((ti.key0 + r) >> p.page_size_log2)] : 0;
+    }
+  };
+  auto issue = [&](const TileInfo& ti, const int (&pg)[kRowsPerThread], int stage) {
     T* ks = stage_base + stage * 2 * Shape::kTileElems;
     T* vs = ks + Shape::kTileElems;
-    constexpr int kRowsPerPass = kDecodeThreads / Shape::kChunks;
-    const int chunk = tid % Shape::kChunks;
 #pragma unroll
-    for (int r = tid / Shape::kChunks; r < kDecodeTileKeys; r += kRowsPerPass) {
-      int key = key0 + r;
-      bool valid = key < seg_len;
-      int k_safe = valid ? key : seg_len - 1;
-      std::int64_t page = pages[k_safe >> p.page_size_log2];
-      std::int64_t off = page * p.page_stride + static_cast<std::int64_t>(k_safe & page_mask) * D +
-                         chunk * 8;
+    for (int i = 0; i < kRowsPerThread; ++i) {
+      int r = row0 + i * kRowsPerPass;
+      bool valid = r < ti.rows;
+      int slot = (ti.key0 + min(r, max(ti.rows - 1, 0))) & page_mask;
+      std::int64_t off = static_cast<std::int64_t>(pg[i]) * p.page_stride +
+                         static_cast<std::int64_t>(slot) * D + chunk * 8;
       int dst = swizzle<D>(r, chunk);
       ptx::cp_async_16(ptx::smem_addr(ks + dst), k_pool + off, valid);
       ptx::cp_async_16(ptx::smem_addr(vs + dst), v_pool + off, valid);
     }
   };
 
-  // The first tiles go out before anything else: their memory latency hides the query setup.
-  constexpr int S = Shape::kStages;
+  // Prologue: the first S - 1 tiles go out before anything else (their latency hides the query
+  // setup); then the records and pages of the next tiles are fetched into registers.
 #pragma unroll
   for (int s = 0; s < S - 1; ++s) {
-    if (tile_begin + s < tile_end) load_tile(tile_begin + s, s);
+    TileInfo ti = fetch_info(tile_begin + s);
+    int pg[kRowsPerThread];
+    fetch_pages(ti, pg);
+    if (tile_begin + s < tile_end) issue(ti, pg, s);
     ptx::cp_async_commit();
   }
+  TileInfo issue_info = fetch_info(tile_begin + S - 1);  // next tile to issue
+  int issue_pages[kRowsPerThread];
+  fetch_pages(issue_info, issue_pages);
+  TileInfo ahead_info = fetch_info(tile_begin + S);  // the one after: its pages come next
+  TileInfo cur = fetch_info(tile_begin);             // the tile computed in this iteration
+  TileInfo next = fetch_info(tile_begin + 1);
 
   // The group's queries (16-bit, un-rotated) in global memory; rows >= G read as zero.
   const T* q_src = static_cast<const T*>(p.q) +
@@ -186,38 +210,35 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
   bool offsets_ready = false;  // raw form: cs_offset loaded
   bool base_ready = false;     // raw form: cs_base holds this tile's angles
 
-  const int rotary = p.rope.rotary_dim;
-  const bool interleaved = p.rope.interleaved != 0;
-  auto is_raw = [&](int tile) {
-    return kRope && p.plan.segment_form[p.sched.tile_segment[tile]] ==
-                        static_cast<std::uint8_t>(StorageForm::kRaw);
-  };
-  // cos/sin of each warp group's first key position in `tile`, into buffer `parity`.
-  auto compute_bases = [&](int tile, int parity) {
-    const int seg = p.sched.tile_segment[tile];
-    const std::int64_t n0 = p.plan.segment_start[seg] + p.sched.tile_key_begin[tile];
+  // cos/sin of each warp group's first key position of a tile, into buffer `parity`.
+  auto compute_bases = [&](const TileInfo& ti, int parity) {
+    const std::int64_t n0 = ti.seg_start + ti.key0;
     for (int i = tid; i < kDecodeWarps * rot_half; i += kDecodeThreads) {
       int grp = i / rot_half, j = i % rot_half;
       cs_base[(parity * kDecodeWarps + grp) * (D / 2) + j] =
           rope_cos_sin(n0 + grp * Shape::kGroupKeys, turns[j]);
     }
   };
+  const std::uint8_t kRawForm = static_cast<std::uint8_t>(StorageForm::kRaw);
 
   for (int tile = tile_begin; tile < tile_end; ++tile) {
     const int it = tile - tile_begin;
     ptx::cp_async_wait<S - 2>();
     __syncthreads();  // tile `it` is in shared memory; stage (it - 1) % S is free again
-    if (tile + S - 1 < tile_end) load_tile(tile + S - 1, (it + S - 1) % S);
+    if (tile + S - 1 < tile_end) issue(issue_info, issue_pages, (it + S - 1) % S);
     ptx::cp_async_commit();
+    // Advance the fetch pipeline: these loads complete while this tile is computed.
+    issue_info = ahead_info;
+    fetch_pages(issue_info, issue_pages);
+    ahead_info = fetch_info(tile + S + 1);
+    const TileInfo ti = cur;
+    cur = next;
+    next = fetch_info(tile + 2);
 
-    const int seg = p.sched.tile_segment[tile];
-    const int key0 = p.sched.tile_key_begin[tile];
-    const int seg_len = p.plan.segment_length[seg];
-    const bool raw = is_raw(tile);
-    const std::int64_t seg_start = p.plan.segment_start[seg];
+    const bool raw = kRope && ti.form == kRawForm;
 
     // ---- (re)build the rotated query when the rotation changes: once per local segment -------
-    std::int64_t delta = raw ? m_pos : m_pos - seg_start;
+    const std::int64_t delta = raw ? m_pos : m_pos - ti.seg_start;
     if (!q_ready || (kRope && delta != q_delta)) {
       if (kRope) {
         for (int j = tid; j < rot_half; j += kDecodeThreads) cs_query[j] = rope_cos_sin(delta, turns[j]);
@@ -253,7 +274,6 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
       if constexpr (Shape::kQInRegisters) {
 #pragma unroll
         for (int kk = 0; kk < Shape::kKSteps; ++kk) {
-          int mi = lane >> 3;
           int row = (mi & 1) * 8 + (lane & 7);
           ptx::ldmatrix_x4(qa[kk], ptx::smem_addr(q_rot + swizzle<D>(row, 2 * kk + (mi >> 1))));
         }
@@ -271,13 +291,13 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
           cs_offset[(i / rot_half) * (D / 2) + i % rot_half] = table[i];
         offsets_ready = true;
       }
-      compute_bases(tile, it & 1);
+      compute_bases(ti, it & 1);
       __syncthreads();
     }
     // The next tile's bases, written now into the other buffer, are read after the next barrier.
     base_ready = false;
-    if (tile + 1 < tile_end && offsets_ready && is_raw(tile + 1)) {
-      compute_bases(tile + 1, (it + 1) & 1);
+    if (kRope && tile + 1 < tile_end && offsets_ready && cur.form == kRawForm) {
+      compute_bases(cur, (it + 1) & 1);
       base_ready = true;
     }
 
@@ -285,10 +305,9 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
     const T* vs = ks + Shape::kTileElems;
 
     // ---- S = Q K^T for this warp's 16 keys ----------------------------------------------------
-    float s[2][4];
+    float sc[2][4];
 #pragma unroll
-    for (int nt = 0; nt < 2; ++nt) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
-    const int mi = lane >> 3;
+    for (int nt = 0; nt < 2; ++nt) sc[nt][0] = sc[nt][1] = sc[nt][2] = sc[nt][3] = 0.0f;
     const int k_row = warp * 16 + (mi >> 1) * 8 + (lane & 7);  // key row this lane addresses
     auto load_k = [&](std::uint32_t (&kb)[4], int kk) {
       ptx::ldmatrix_x4(kb, ptx::smem_addr(ks + swizzle<D>(k_row, 2 * kk + (mi & 1))));
@@ -312,8 +331,8 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
         std::uint32_t kb[4], a[4];
         load_k(kb, kk);
         q_frag(a, kk);
-        ptx::mma_16816<T>(s[0], a, kb[0], kb[1]);
-        ptx::mma_16816<T>(s[1], a, kb[2], kb[3]);
+        ptx::mma_16816<T>(sc[0], a, kb[0], kb[1]);
+        ptx::mma_16816<T>(sc[1], a, kb[2], kb[3]);
       }
     } else {
       // This thread's B fragments hold keys (warp*16 + g) and (warp*16 + 8 + g): offsets g and
@@ -351,8 +370,8 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
             rot_regs(kb[3], kb[3], key_b, j + 8, true);
           }
           q_frag_smem(a, kk);
-          ptx::mma_16816<T>(s[0], a, kb[0], kb[1]);
-          ptx::mma_16816<T>(s[1], a, kb[2], kb[3]);
+          ptx::mma_16816<T>(sc[0], a, kb[0], kb[1]);
+          ptx::mma_16816<T>(sc[1], a, kb[2], kb[3]);
         }
       } else {
         const int half_steps = rot_steps / 2;  // partner of k-step kk is kk + half_steps
@@ -370,12 +389,12 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
             rot_regs(kb[2], kp[2], key_b, j, false);
             rot_regs(kb[3], kp[3], key_b, j + 8, false);
             q_frag_smem(ap, kk + half_steps);
-            ptx::mma_16816<T>(s[0], ap, kp[0], kp[1]);
-            ptx::mma_16816<T>(s[1], ap, kp[2], kp[3]);
+            ptx::mma_16816<T>(sc[0], ap, kp[0], kp[1]);
+            ptx::mma_16816<T>(sc[1], ap, kp[2], kp[3]);
           }
           q_frag_smem(a, kk);
-          ptx::mma_16816<T>(s[0], a, kb[0], kb[1]);
-          ptx::mma_16816<T>(s[1], a, kb[2], kb[3]);
+          ptx::mma_16816<T>(sc[0], a, kb[0], kb[1]);
+          ptx::mma_16816<T>(sc[1], a, kb[2], kb[3]);
         }
       }
     }
@@ -385,14 +404,14 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
     for (int nt = 0; nt < 2; ++nt) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        int key = key0 + warp * 16 + nt * 8 + 2 * t4 + (e & 1);
-        if (key >= seg_len) s[nt][e] = -INFINITY;
+        int key = warp * 16 + nt * 8 + 2 * t4 + (e & 1);
+        if (key >= ti.rows) sc[nt][e] = -INFINITY;
       }
     }
     float scale[2];
 #pragma unroll
     for (int h = 0; h < 2; ++h) {  // h = 0: row g, h = 1: row g + 8
-      float mx = fmaxf(fmaxf(s[0][2 * h], s[0][2 * h + 1]), fmaxf(s[1][2 * h], s[1][2 * h + 1]));
+      float mx = fmaxf(fmaxf(sc[0][2 * h], sc[0][2 * h + 1]), fmaxf(sc[1][2 * h], sc[1][2 * h + 1]));
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
       float m_new = fmaxf(row_max[h], mx);
@@ -404,9 +423,9 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
       float sum = 0.0f;
 #pragma unroll
       for (int nt = 0; nt < 2; ++nt) {
-        s[nt][2 * h] = exp2f(s[nt][2 * h] - m_use);
-        s[nt][2 * h + 1] = exp2f(s[nt][2 * h + 1] - m_use);
-        sum += s[nt][2 * h] + s[nt][2 * h + 1];
+        sc[nt][2 * h] = exp2f(sc[nt][2 * h] - m_use);
+        sc[nt][2 * h + 1] = exp2f(sc[nt][2 * h + 1] - m_use);
+        sum += sc[nt][2 * h] + sc[nt][2 * h + 1];
       }
       row_sum[h] = row_sum[h] * scale[h] + sum;
     }
@@ -419,8 +438,8 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
     }
 
     // ---- O += P V ------------------------------------------------------------------------------
-    std::uint32_t pa[4] = {ptx::pack2<T>(s[0][0], s[0][1]), ptx::pack2<T>(s[0][2], s[0][3]),
-                           ptx::pack2<T>(s[1][0], s[1][1]), ptx::pack2<T>(s[1][2], s[1][3])};
+    std::uint32_t pa[4] = {ptx::pack2<T>(sc[0][0], sc[0][1]), ptx::pack2<T>(sc[0][2], sc[0][3]),
+                           ptx::pack2<T>(sc[1][0], sc[1][1]), ptx::pack2<T>(sc[1][2], sc[1][3])};
     const int v_row = warp * 16 + (mi & 1) * 8 + (lane & 7);
 #pragma unroll
     for (int c = 0; c < D / 8; c += 2) {
@@ -461,6 +480,7 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
 
   const int num_splits = p.sched.request_num_splits[b];
   const int partial = p.sched.request_partial_offset[b] + split;
+  const float kLn2 = 0.6931471805599453f;
   for (int i = tid; i < G * D; i += kDecodeThreads) {
     int row = i / D, d = i % D;
     float m_all = -INFINITY;
@@ -484,13 +504,51 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
       std::int64_t o_idx = (static_cast<std::int64_t>(q_row0) * p.num_qo_heads + head) * D + d;
       static_cast<T*>(p.o)[o_idx] = ptx::from_f32<T>(out);
       if (d == 0 && p.maybe_lse)
-        p.maybe_lse[static_cast<std::int64_t>(q_row0) * p.num_qo_heads + head] =
-            lse2 * 0.6931471805599453f;
+        p.maybe_lse[static_cast<std::int64_t>(q_row0) * p.num_qo_heads + head] = lse2 * kLn2;
     } else {
       std::int64_t base = static_cast<std::int64_t>(partial) * p.num_qo_heads + head;
       p.partial_o[base * D + d] = out;
       if (d == 0) p.partial_lse[base] = lse2;
     }
+  }
+  if (num_splits == 1) return;
+
+  // ---- split-KV: the last CTA of (request, KV head) to finish merges every split's state -----
+  // Writers publish their partials (fence) before counting in; the last one fences again before
+  // reading, and reads through L2 (__ldcg): other multiprocessors wrote those lines.
+  __threadfence();
+  __syncthreads();
+  __shared__ int is_last;
+  if (tid == 0) {
+    int* counter = p.split_counters + static_cast<std::int64_t>(b) * p.num_kv_heads + kv_head;
+    int done = atomicAdd(counter, 1);
+    is_last = done == num_splits - 1;
+    if (is_last) *counter = 0;  // ready for the next launch (CUDA graph replays too)
+  }
+  __syncthreads();
+  if (!is_last) return;
+  __threadfence();
+  const std::int64_t first = p.sched.request_partial_offset[b];
+  for (int i = tid; i < G * D; i += kDecodeThreads) {
+    int row = i / D, d = i % D;
+    int head = kv_head * G + row;
+    float m_all = -INFINITY;
+    for (int sp = 0; sp < num_splits; ++sp)
+      m_all = fmaxf(m_all, __ldcg(p.partial_lse + (first + sp) * p.num_qo_heads + head));
+    float l_all = 0.0f, o_all = 0.0f;
+    if (m_all != -INFINITY) {  // every split empty: output 0, lse -inf, no NaN
+      for (int sp = 0; sp < num_splits; ++sp) {
+        std::int64_t r = (first + sp) * p.num_qo_heads + head;
+        float w = exp2f(__ldcg(p.partial_lse + r) - m_all);
+        l_all += w;
+        o_all += w * __ldcg(p.partial_o + r * D + d);
+      }
+    }
+    std::int64_t o_idx = (static_cast<std::int64_t>(q_row0) * p.num_qo_heads + head) * D + d;
+    static_cast<T*>(p.o)[o_idx] = ptx::from_f32<T>(l_all > 0.0f ? o_all / l_all : 0.0f);
+    if (d == 0 && p.maybe_lse)
+      p.maybe_lse[static_cast<std::int64_t>(q_row0) * p.num_qo_heads + head] =
+          l_all > 0.0f ? (m_all + log2f(l_all)) * kLn2 : -INFINITY;
   }
 }
 
@@ -500,6 +558,15 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
 struct DecodeWorkspace {
   DeviceBuffer<float> partial_o;
   DeviceBuffer<float> partial_lse;
+  DeviceBuffer<int> split_counters;  // kept at zero by the kernel between launches
+
+  void reserve(std::size_t partials, std::size_t counters, cudaStream_t stream) {
+    partial_o.reserve(partials);
+    if (counters > split_counters.size()) {
+      split_counters = DeviceBuffer<int>(counters);
+      LAZYATTN_CUDA_CHECK(cudaMemsetAsync(split_counters.data(), 0, split_counters.bytes(), stream));
+    }
+  }
 };
 
 struct DecodeArgs {
@@ -568,7 +635,8 @@ inline void decode(const DecodeArgs& args, const DevicePool& pool, const DeviceP
   const DecodeScheduleView& sv = plan.schedule();
   if (sv.num_work == 0) return;
   if (sv.num_partials > 0) {
-    ws.partial_o.reserve(static_cast<std::size_t>(sv.num_partials) * ap.num_qo_heads * ap.head_dim);
+    ws.reserve(static_cast<std::size_t>(sv.num_partials) * ap.num_qo_heads * ap.head_dim,
+               static_cast<std::size_t>(pv.num_requests) * ap.num_kv_heads, stream);
     ws.partial_lse.reserve(static_cast<std::size_t>(sv.num_partials) * ap.num_qo_heads);
   }
 
@@ -585,6 +653,7 @@ inline void decode(const DecodeArgs& args, const DevicePool& pool, const DeviceP
   p.rope = rv;
   p.partial_o = ws.partial_o.data();
   p.partial_lse = ws.partial_lse.data();
+  p.split_counters = ws.split_counters.data();
   p.sm_scale_log2 = static_cast<float>(ap.scale() * 1.4426950408889634);
   p.num_qo_heads = ap.num_qo_heads;
   p.num_kv_heads = ap.num_kv_heads;
@@ -609,10 +678,6 @@ inline void decode(const DecodeArgs& args, const DevicePool& pool, const DeviceP
         };
         if (args.rope) launch(detail::decode_kernel<T, D, true>);
         else launch(detail::decode_kernel<T, D, false>);
-        if (sv.num_partials > 0) {
-          merge_partials<T>(p.partial_o, p.partial_lse, sv, args.o, args.maybe_lse, pv.num_requests,
-                            ap.num_qo_heads, D, pv.request_query_indptr, stream);
-        }
       });
     }
   });

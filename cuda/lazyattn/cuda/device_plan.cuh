@@ -22,6 +22,7 @@ struct DecodeScheduleView {
   std::int32_t max_splits = 1;
   const std::int32_t* tile_segment = nullptr;
   const std::int32_t* tile_key_begin = nullptr;
+  const TileInfo* tiles = nullptr;
   const std::int32_t* work_request = nullptr;
   const std::int32_t* work_tile_begin = nullptr;
   const std::int32_t* work_tile_end = nullptr;
@@ -62,6 +63,7 @@ class DevicePlan {
     std::size_t o_pid = pk.add(plan.page_ids);
     std::size_t o_ts = pk.add(sched.tile_segment);
     std::size_t o_tkb = pk.add(sched.tile_key_begin);
+    std::size_t o_ti = pk.add(sched.tiles);
     std::size_t o_wr = pk.add(sched.work_request);
     std::size_t o_wtb = pk.add(sched.work_tile_begin);
     std::size_t o_wte = pk.add(sched.work_tile_end);
@@ -104,6 +106,7 @@ class DevicePlan {
     sched_.max_splits = sched.max_splits;
     sched_.tile_segment = reinterpret_cast<const std::int32_t*>(at(o_ts));
     sched_.tile_key_begin = reinterpret_cast<const std::int32_t*>(at(o_tkb));
+    sched_.tiles = reinterpret_cast<const TileInfo*>(at(o_ti));
     sched_.work_request = reinterpret_cast<const std::int32_t*>(at(o_wr));
     sched_.work_tile_begin = reinterpret_cast<const std::int32_t*>(at(o_wtb));
     sched_.work_tile_end = reinterpret_cast<const std::int32_t*>(at(o_wte));

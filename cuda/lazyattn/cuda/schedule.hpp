@@ -16,6 +16,19 @@
 
 namespace lazyattn::cuda {
 
+// What the kernel needs of a tile, in one 32-byte record it fetches a tile ahead: where the tile's
+// pages start in the plan's page_ids (its segment's first), its first key within the segment, the
+// keys present, the segment's storage form and logical start.
+struct TileInfo {
+  std::int32_t page_base = 0;
+  std::int32_t key0 = 0;
+  std::int32_t rows = 0;
+  std::int32_t form = 0;
+  std::int64_t seg_start = 0;
+  std::int64_t reserved = 0;
+};
+static_assert(sizeof(TileInfo) == 32, "TileInfo is loaded as two 16-byte vectors");
+
 struct DecodeSchedule {
   int tile_keys = 64;
   std::int32_t num_tiles = 0;
@@ -24,6 +37,7 @@ struct DecodeSchedule {
   // Per tile: its segment (global index) and its first key within that segment.
   std::vector<std::int32_t> tile_segment;
   std::vector<std::int32_t> tile_key_begin;
+  std::vector<TileInfo> tiles;
   // Per work item (one CTA per item and KV head): request, tile range, split index.
   std::vector<std::int32_t> work_request;
   std::vector<std::int32_t> work_tile_begin;
@@ -68,6 +82,13 @@ inline DecodeSchedule make_decode_schedule(const Plan& plan, int num_kv_heads,
       for (std::int32_t k = 0; k < plan.segment_length[seg]; k += opt.tile_keys) {
         s.tile_segment.push_back(seg);
         s.tile_key_begin.push_back(k);
+        TileInfo ti;
+        ti.page_base = plan.segment_page_indptr[seg];
+        ti.key0 = k;
+        ti.rows = std::min(opt.tile_keys, plan.segment_length[seg] - k);
+        ti.form = plan.segment_form[seg];
+        ti.seg_start = plan.segment_start[seg];
+        s.tiles.push_back(ti);
       }
     }
     LAZYATTN_CHECK(s.tile_segment.size() < (std::size_t{1} << 31), w,
