@@ -68,8 +68,9 @@ concept StorageRange = std::ranges::contiguous_range<R> && std::ranges::sized_ra
 
 class KvStore {
  public:
-  // The K and V pools start on a cache line, so a page's head (page_size * head_dim elements)
-  // never straddles one needlessly and vector loads may assume the alignment.
+  // The K and V pools start on a cache line, so that CPU kernels may use aligned vector loads on
+  // head rows (a head's page is page_size * head_dim elements, a multiple of 64 bytes for the
+  // usual shapes).
   static constexpr std::size_t kPoolAlignment = 64;
 
   explicit KvStore(const KvStoreConfig& config) : config_(config) {
