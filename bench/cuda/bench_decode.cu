@@ -134,6 +134,7 @@ std::unique_ptr<Setup> build(const Shape& shape) {
   Plan plan = make_plan(*s->store, layouts);
   cuda::ScheduleOptions opt;
   opt.num_sms = cuda::device_sm_count();
+  opt.ctas_per_sm = cuda::decode_ctas_per_sm(DType::kBFloat16, kHeadDim);
   cuda::DecodeSchedule sched = cuda::make_decode_schedule(plan, kKvHeads, opt);
   s->splits = sched.max_splits;
   s->plan_local.upload(plan, sched);
@@ -222,6 +223,7 @@ void bench_decode(benchmark::State& state, Shape shape, Mode mode) {
   state.counters["batch"] = shape.batch;
   state.counters["context"] = shape.context;
   state.counters["splits"] = s.splits;
+  state.counters["ctas_per_sm"] = cuda::decode_ctas_per_sm(DType::kBFloat16, kHeadDim);
   LAZYATTN_CUDA_CHECK(cudaEventDestroy(start));
   LAZYATTN_CUDA_CHECK(cudaEventDestroy(stop));
 }

@@ -66,6 +66,7 @@ struct DeviceScenario {
     rope.prepare(s.plan);
     cuda::ScheduleOptions opt;
     opt.num_sms = cuda::device_sm_count();
+    opt.ctas_per_sm = cuda::decode_ctas_per_sm(s.spec.dtype, s.spec.head_dim);
     opt.forced_splits = forced_splits;
     schedule = cuda::make_decode_schedule(s.plan, s.spec.num_kv_heads, opt);
     plan.upload(s.plan, schedule);

@@ -529,19 +529,41 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
   if (!is_last) return;
   __threadfence();
   const std::int64_t first = p.sched.request_partial_offset[b];
+  // Per row: the largest split lse and the sum of weights, 8 threads per row (16 rows x 8 = 128),
+  // each scanning a stride of the splits, then a shuffle reduction within the 8.
+  float* row_m = reinterpret_cast<float*>(smem);
+  float* row_l = row_m + kRows;
+  {
+    const int row = tid >> 3, sub = tid & 7;
+    const int head = kv_head * G + row;
+    float m_all = -INFINITY;
+    if (row < G)
+      for (int sp = sub; sp < num_splits; sp += 8)
+        m_all = fmaxf(m_all, __ldcg(p.partial_lse + (first + sp) * p.num_qo_heads + head));
+#pragma unroll
+    for (int o = 4; o > 0; o >>= 1) m_all = fmaxf(m_all, __shfl_xor_sync(0xffffffffu, m_all, o));
+    float l_all = 0.0f;
+    if (row < G && m_all != -INFINITY)
+      for (int sp = sub; sp < num_splits; sp += 8)
+        l_all += exp2f(__ldcg(p.partial_lse + (first + sp) * p.num_qo_heads + head) - m_all);
+#pragma unroll
+    for (int o = 4; o > 0; o >>= 1) l_all += __shfl_xor_sync(0xffffffffu, l_all, o);
+    if (sub == 0) {
+      row_m[row] = m_all;
+      row_l[row] = l_all;
+    }
+  }
+  __syncthreads();
   for (int i = tid; i < G * D; i += kDecodeThreads) {
     int row = i / D, d = i % D;
     int head = kv_head * G + row;
-    float m_all = -INFINITY;
-    for (int sp = 0; sp < num_splits; ++sp)
-      m_all = fmaxf(m_all, __ldcg(p.partial_lse + (first + sp) * p.num_qo_heads + head));
-    float l_all = 0.0f, o_all = 0.0f;
-    if (m_all != -INFINITY) {  // every split empty: output 0, lse -inf, no NaN
+    float m_all = row_m[row], l_all = row_l[row];
+    float o_all = 0.0f;
+    if (l_all > 0.0f) {  // every split empty: output 0, lse -inf, no NaN
+#pragma unroll 4
       for (int sp = 0; sp < num_splits; ++sp) {
         std::int64_t r = (first + sp) * p.num_qo_heads + head;
-        float w = exp2f(__ldcg(p.partial_lse + r) - m_all);
-        l_all += w;
-        o_all += w * __ldcg(p.partial_o + r * D + d);
+        o_all += exp2f(__ldcg(p.partial_lse + r) - m_all) * __ldcg(p.partial_o + r * D + d);
       }
     }
     std::int64_t o_idx = (static_cast<std::int64_t>(q_row0) * p.num_qo_heads + head) * D + d;
@@ -580,6 +602,17 @@ struct DecodeArgs {
 };
 
 inline const char* decode_supported_head_dims() { return "64, 128, 256"; }
+
+// Raises a kernel's dynamic shared memory limit and asks for the largest shared-memory carveout,
+// so that two CTAs fit per multiprocessor where their footprint allows (the default carveout may
+// leave room for one). Once per kernel and device is enough; repeating it is harmless.
+template <class Kernel>
+void prepare_kernel(Kernel kernel, int smem_bytes) {
+  LAZYATTN_CUDA_CHECK(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
+  LAZYATTN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                           cudaSharedmemCarveoutMaxShared));
+}
 
 // Calls f(std::integral_constant<int, D>{}) for a supported head dim, or throws naming it.
 template <class F>
@@ -669,11 +702,9 @@ inline void decode(const DecodeArgs& args, const DevicePool& pool, const DeviceP
       dispatch_head_dim(ap.head_dim, w, [&](auto dc) {
         constexpr int D = decltype(dc)::value;
         auto launch = [&](auto kernel) {
-          constexpr int bytes = detail::DecodeShape<D>::kSmemBytes;
-          LAZYATTN_CUDA_CHECK(
-              cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+          prepare_kernel(kernel, detail::DecodeShape<D>::kSmemBytes);
           dim3 grid(static_cast<unsigned>(sv.num_work), static_cast<unsigned>(ap.num_kv_heads));
-          kernel<<<grid, detail::kDecodeThreads, bytes, stream>>>(p);
+          kernel<<<grid, detail::kDecodeThreads, detail::DecodeShape<D>::kSmemBytes, stream>>>(p);
           LAZYATTN_CUDA_CHECK_LAUNCH();
         };
         if (args.rope) launch(detail::decode_kernel<T, D, true>);
@@ -681,6 +712,28 @@ inline void decode(const DecodeArgs& args, const DevicePool& pool, const DeviceP
       });
     }
   });
+}
+
+// How many decode CTAs fit on one multiprocessor for this element type and head dim (the
+// schedule's ctas_per_sm): asks the occupancy calculator about the RoPE kernel.
+inline int decode_ctas_per_sm(DType dtype, int head_dim) {
+  int blocks = 0;
+  dispatch_dtype(dtype, [&](auto tag) {
+    using E = decltype(tag);
+    if constexpr (!std::is_same_v<E, float>) {
+      using T = device_type_t<E>;
+      dispatch_head_dim(head_dim, "cuda::decode_ctas_per_sm", [&](auto dc) {
+        constexpr int D = decltype(dc)::value;
+        auto kernel = detail::decode_kernel<T, D, true>;
+        prepare_kernel(kernel, detail::DecodeShape<D>::kSmemBytes);
+        LAZYATTN_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+            &blocks, kernel, detail::kDecodeThreads, detail::DecodeShape<D>::kSmemBytes));
+      });
+    }
+  });
+  LAZYATTN_CHECK(blocks >= 1, "cuda::decode_ctas_per_sm: ", to_string(dtype), " head_dim ",
+                 head_dim, " has no resident CTA, expected bfloat16 or float16");
+  return blocks;
 }
 
 }  // namespace lazyattn::cuda
