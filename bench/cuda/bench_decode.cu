@@ -12,6 +12,7 @@
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstdio>
 #include <memory>
 #include <numeric>
@@ -133,6 +134,8 @@ std::unique_ptr<Setup> build(const Shape& shape) {
   }
   Plan plan = make_plan(*s->store, layouts);
   cuda::ScheduleOptions opt;
+  // LAZYATTN_BENCH_SPLITS=N forces N splits per request (for studying the split heuristic).
+  if (const char* f = std::getenv("LAZYATTN_BENCH_SPLITS")) opt.forced_splits = std::atoi(f);
   opt.num_sms = cuda::device_sm_count();
   opt.ctas_per_sm = cuda::decode_ctas_per_sm(DType::kBFloat16, kHeadDim);
   cuda::DecodeSchedule sched = cuda::make_decode_schedule(plan, kKvHeads, opt);
