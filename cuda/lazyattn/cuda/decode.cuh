@@ -177,6 +177,15 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
     }
   };
 
+  // The CTA's tile records, pulled into L2 now: later fetches hit L2 instead of waiting on HBM
+  // behind the K/V stream.
+  {
+    const char* first_rec = reinterpret_cast<const char*>(p.sched.tiles + tile_begin);
+    const char* last_rec = reinterpret_cast<const char*>(p.sched.tiles + tile_end);
+    for (const char* a = first_rec + tid * 128; a < last_rec; a += kDecodeThreads * 128)
+      asm volatile("prefetch.global.L2 [%0];" ::"l"(a));
+  }
+
   // Prologue: the first S - 1 tiles go out before anything else (their latency hides the query
   // setup); then the records and pages of the next tiles are fetched into registers.
 #pragma unroll
@@ -529,43 +538,44 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
   if (!is_last) return;
   __threadfence();
   const std::int64_t first = p.sched.request_partial_offset[b];
-  // Per row: the largest split lse and the sum of weights, 8 threads per row (16 rows x 8 = 128),
-  // each scanning a stride of the splits, then a shuffle reduction within the 8.
-  float* row_m = reinterpret_cast<float*>(smem);
+  // Stage every split's lse for the group's rows in shared memory (one parallel pass), reduce
+  // per row from there, then accumulate the outputs with eight loads in flight per thread.
+  float* lse_s = reinterpret_cast<float*>(smem);  // [num_splits][G], in the free pipeline space
+  float* row_m = lse_s + num_splits * G;
   float* row_l = row_m + kRows;
-  {
-    const int row = tid >> 3, sub = tid & 7;
-    const int head = kv_head * G + row;
-    float m_all = -INFINITY;
-    if (row < G)
-      for (int sp = sub; sp < num_splits; sp += 8)
-        m_all = fmaxf(m_all, __ldcg(p.partial_lse + (first + sp) * p.num_qo_heads + head));
-#pragma unroll
-    for (int o = 4; o > 0; o >>= 1) m_all = fmaxf(m_all, __shfl_xor_sync(0xffffffffu, m_all, o));
-    float l_all = 0.0f;
-    if (row < G && m_all != -INFINITY)
-      for (int sp = sub; sp < num_splits; sp += 8)
-        l_all += exp2f(__ldcg(p.partial_lse + (first + sp) * p.num_qo_heads + head) - m_all);
-#pragma unroll
-    for (int o = 4; o > 0; o >>= 1) l_all += __shfl_xor_sync(0xffffffffu, l_all, o);
-    if (sub == 0) {
-      row_m[row] = m_all;
-      row_l[row] = l_all;
-    }
+  for (int i = tid; i < num_splits * G; i += kDecodeThreads) {
+    int sp = i / G, row = i % G;
+    lse_s[i] = __ldcg(p.partial_lse + (first + sp) * p.num_qo_heads + kv_head * G + row);
+  }
+  __syncthreads();
+  if (tid < G) {
+    float m_all = -INFINITY, l_all = 0.0f;
+    for (int sp = 0; sp < num_splits; ++sp) m_all = fmaxf(m_all, lse_s[sp * G + tid]);
+    if (m_all != -INFINITY)
+      for (int sp = 0; sp < num_splits; ++sp) l_all += exp2f(lse_s[sp * G + tid] - m_all);
+    row_m[tid] = m_all;
+    row_l[tid] = l_all;
   }
   __syncthreads();
   for (int i = tid; i < G * D; i += kDecodeThreads) {
     int row = i / D, d = i % D;
     int head = kv_head * G + row;
     float m_all = row_m[row], l_all = row_l[row];
-    float o_all = 0.0f;
+    float o_part[8] = {0, 0, 0, 0, 0, 0, 0, 0};
     if (l_all > 0.0f) {  // every split empty: output 0, lse -inf, no NaN
-#pragma unroll 4
-      for (int sp = 0; sp < num_splits; ++sp) {
-        std::int64_t r = (first + sp) * p.num_qo_heads + head;
-        o_all += exp2f(__ldcg(p.partial_lse + r) - m_all) * __ldcg(p.partial_o + r * D + d);
+      for (int sp0 = 0; sp0 < num_splits; sp0 += 8) {
+#pragma unroll
+        for (int u = 0; u < 8; ++u) {
+          int sp = sp0 + u;
+          if (sp < num_splits) {
+            std::int64_t r = (first + sp) * p.num_qo_heads + head;
+            o_part[u] += exp2f(lse_s[sp * G + row] - m_all) * __ldcg(p.partial_o + r * D + d);
+          }
+        }
       }
     }
+    float o_all = ((o_part[0] + o_part[1]) + (o_part[2] + o_part[3])) +
+                  ((o_part[4] + o_part[5]) + (o_part[6] + o_part[7]));
     std::int64_t o_idx = (static_cast<std::int64_t>(q_row0) * p.num_qo_heads + head) * D + d;
     static_cast<T*>(p.o)[o_idx] = ptx::from_f32<T>(l_all > 0.0f ? o_all / l_all : 0.0f);
     if (d == 0 && p.maybe_lse)
@@ -612,6 +622,16 @@ void prepare_kernel(Kernel kernel, int smem_bytes) {
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
   LAZYATTN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
                                            cudaSharedmemCarveoutMaxShared));
+}
+
+// Shared memory of the K/V pipeline for a head dim (what the fused merge may reuse).
+inline std::int64_t dispatch_pipe_bytes(int head_dim) {
+  switch (head_dim) {
+    case 64: return detail::DecodeShape<64>::kPipeBytes;
+    case 128: return detail::DecodeShape<128>::kPipeBytes;
+    case 256: return detail::DecodeShape<256>::kPipeBytes;
+    default: return 0;
+  }
 }
 
 // Calls f(std::integral_constant<int, D>{}) for a supported head dim, or throws naming it.
@@ -667,6 +687,11 @@ inline void decode(const DecodeArgs& args, const DevicePool& pool, const DeviceP
   }
   const DecodeScheduleView& sv = plan.schedule();
   if (sv.num_work == 0) return;
+  // The fused merge stages [splits, group] lse values in the pipeline's shared memory.
+  LAZYATTN_CHECK(static_cast<std::int64_t>(sv.max_splits) * ap.group_size() * 4 + 128 <=
+                     dispatch_pipe_bytes(ap.head_dim),
+                 w, ": ", sv.max_splits, " splits of a GQA group of ", ap.group_size(),
+                 " exceed the merge's shared memory, expected fewer splits");
   if (sv.num_partials > 0) {
     ws.reserve(static_cast<std::size_t>(sv.num_partials) * ap.num_qo_heads * ap.head_dim,
                static_cast<std::size_t>(pv.num_requests) * ap.num_kv_heads, stream);
