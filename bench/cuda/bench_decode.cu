@@ -133,6 +133,14 @@ std::unique_ptr<Setup> build(const Shape& shape) {
     layouts.push_back(layout);
   }
   Plan plan = make_plan(*s->store, layouts);
+  // LAZYATTN_BENCH_SHUFFLE_PAGES=1 maps the plan's pages through a random permutation of the
+  // pool, as a store fragmented by churn would hold them (the data is random either way).
+  if (const char* f = std::getenv("LAZYATTN_BENCH_SHUFFLE_PAGES"); f && std::atoi(f) != 0) {
+    std::vector<std::int32_t> perm(static_cast<std::size_t>(pages));
+    std::iota(perm.begin(), perm.end(), 0);
+    std::shuffle(perm.begin(), perm.end(), rng);
+    for (auto& pid : plan.page_ids) pid = perm[static_cast<std::size_t>(pid)];
+  }
   cuda::ScheduleOptions opt;
   // LAZYATTN_BENCH_SPLITS=N forces N splits per request (for studying the split heuristic).
   if (const char* f = std::getenv("LAZYATTN_BENCH_SPLITS")) opt.forced_splits = std::atoi(f);
