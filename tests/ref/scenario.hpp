@@ -430,17 +430,18 @@ inline Result run_dense(const Impl& impl, const Scenario& sc) {
   return r;
 }
 
+// Built with -fsanitize (address or undefined): sweeps shrink, malloc counting is off.
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_UNDEFINED__)
-inline constexpr bool kSanitized = true;
+#define LAZYATTN_TEST_SANITIZED 1
 #elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-inline constexpr bool kSanitized = true;
-#else
-inline constexpr bool kSanitized = false;
+#if __has_feature(address_sanitizer) || __has_feature(undefined_behavior_sanitizer)
+#define LAZYATTN_TEST_SANITIZED 1
 #endif
-#else
-inline constexpr bool kSanitized = false;
 #endif
+#ifndef LAZYATTN_TEST_SANITIZED
+#define LAZYATTN_TEST_SANITIZED 0
+#endif
+inline constexpr bool kSanitized = LAZYATTN_TEST_SANITIZED;
 
 // Sweeps run `full` cases normally and `reduced` under the sanitizers (several times slower).
 inline int sweep(int full, int reduced) { return kSanitized ? reduced : full; }

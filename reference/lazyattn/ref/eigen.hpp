@@ -40,6 +40,7 @@ inline constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 // Keys per block when the keys are contiguous (eager, dense, encode): big enough for a real GEMM,
 // small enough that the logits block of a long document stays in cache.
 inline constexpr Index kKeyBlock = 64;
+inline constexpr Index kRowBlock = 64;
 
 // cos/sin of the rotation each of `rows` vectors gets, [rows, num_pairs], from the exact Q0.64
 // angles. Sized once per call; set() writes one row.
@@ -134,7 +135,8 @@ inline void finish_row(const Eigen::Ref<const Matrix>& o, Index r, float m, floa
 
 // Contiguous keys in blocks: rows of q (row = query * group + head in group) against k, v [n, D],
 // masked by visible(query, key). Queries below first_query(j0) see no key of the block at j0 and
-// are skipped (the causal square's upper half).
+// are skipped (the causal square's upper half). Rows go kRowBlock at a time so that Eigen's GEMM
+// packs them on the stack instead of allocating per block.
 template <class Visible, class FirstQuery>
 void attend_contiguous(const Eigen::Ref<const Matrix>& q, int group,
                        const Eigen::Ref<const Matrix>& k, const Eigen::Ref<const Matrix>& v,
@@ -144,20 +146,21 @@ void attend_contiguous(const Eigen::Ref<const Matrix>& q, int group,
   const Index n = k.rows();
   for (Index j0 = 0; j0 < n; j0 += kKeyBlock) {
     const Index nb = std::min(kKeyBlock, n - j0);
-    const Index r0 = std::min<Index>(static_cast<Index>(first_query(j0)) * group, q.rows());
-    const Index rows = q.rows() - r0;
-    if (rows == 0) continue;
-    auto s = s_buf.topLeftCorner(rows, nb);
-    s.noalias() = q.middleRows(r0, rows) * k.middleRows(j0, nb).transpose();
-    to_logits(s, params);
-    for (Index r = 0; r < rows; ++r) {
-      const Index query = (r0 + r) / group;
-      for (Index t = 0; t < nb; ++t) {
-        if (!visible(query, j0 + t)) s(r, t) = kNegInf;
+    const Index first = std::min<Index>(static_cast<Index>(first_query(j0)) * group, q.rows());
+    for (Index r0 = first; r0 < q.rows(); r0 += kRowBlock) {
+      const Index rows = std::min(kRowBlock, q.rows() - r0);
+      auto s = s_buf.topLeftCorner(rows, nb);
+      s.noalias() = q.middleRows(r0, rows) * k.middleRows(j0, nb).transpose();
+      to_logits(s, params);
+      for (Index r = 0; r < rows; ++r) {
+        const Index query = (r0 + r) / group;
+        for (Index t = 0; t < nb; ++t) {
+          if (!visible(query, j0 + t)) s(r, t) = kNegInf;
+        }
       }
+      online_update(s, v.middleRows(j0, nb), o.middleRows(r0, rows), m.segment(r0, rows),
+                    l.segment(r0, rows));
     }
-    online_update(s, v.middleRows(j0, nb), o.middleRows(r0, rows), m.segment(r0, rows),
-                  l.segment(r0, rows));
   }
 }
 
@@ -206,7 +209,7 @@ struct Workspace {
   Matrix k_tile, v_tile;               // [page_size, head_dim] (deferred)
   Matrix k_all, v_all;                 // [num_kv_heads * max_kv, head_dim] (eager)
   std::vector<std::int64_t> key_tail;  // [max_kv] index within the tail, -1 for documents
-  Matrix s;                            // [capacity, max(page_size, kKeyBlock)] logits
+  Matrix s;                            // [kRowBlock, max(page_size, kKeyBlock)] logits
   Rotations rot;
 };
 
@@ -236,7 +239,7 @@ void attend_typed(const KvStore& store, const Plan& plan, int layer, const RopeP
   w.o.resize(rows_all, D);
   w.m.resize(rows_all);
   w.l.resize(rows_all);
-  w.s.resize(w.capacity, std::max<Index>(P, kKeyBlock));
+  w.s.resize(kRowBlock, std::max<Index>(P, kKeyBlock));
   // At least two rows: eager uses row 0 for a segment start and row 1 for a key position.
   w.rot.reserve(std::max<std::int64_t>({static_cast<std::int64_t>(P), max_queries, 2}),
                 rope.rotary_dim() / 2);
@@ -311,20 +314,25 @@ void attend_typed(const KvStore& store, const Plan& plan, int layer, const RopeP
               }
               if (raw) w.rot.apply(t, f, w.k_tile.row(t).data());
             }
-            auto s_blk = w.s.topLeftCorner(rows, n);
-            s_blk.noalias() =
-                qcur->middleRows(g * w.capacity, rows) * w.k_tile.topRows(n).transpose();
-            to_logits(s_blk, params);
-            if (is_tail) {
-              for (Index r = 0; r < rows; ++r) {
-                const std::int64_t last = tail_visible_base + r / group;
-                for (Index t = 0; t < n; ++t) {
-                  if (i0 + t > last) s_blk(r, t) = kNegInf;
+            // The group's query rows against this page, kRowBlock rows at a time (see
+            // attend_contiguous).
+            for (Index r0 = 0; r0 < rows; r0 += kRowBlock) {
+              const Index nr = std::min(kRowBlock, rows - r0);
+              const Index at_row = g * w.capacity + r0;
+              auto s_blk = w.s.topLeftCorner(nr, n);
+              s_blk.noalias() = qcur->middleRows(at_row, nr) * w.k_tile.topRows(n).transpose();
+              to_logits(s_blk, params);
+              if (is_tail) {
+                for (Index r = 0; r < nr; ++r) {
+                  const std::int64_t last = tail_visible_base + (r0 + r) / group;
+                  for (Index t = 0; t < n; ++t) {
+                    if (i0 + t > last) s_blk(r, t) = kNegInf;
+                  }
                 }
               }
+              online_update(s_blk, w.v_tile.topRows(n), w.o.middleRows(at_row, nr),
+                            w.m.segment(at_row, nr), w.l.segment(at_row, nr));
             }
-            online_update(s_blk, w.v_tile.topRows(n), w.o.middleRows(g * w.capacity, rows),
-                          w.m.segment(g * w.capacity, rows), w.l.segment(g * w.capacity, rows));
           }
         }
       }
@@ -411,7 +419,7 @@ void dense(const RopeFrequencies& f, const AttentionParams& params, std::span<co
       rot.apply(j, f, kr.row(g * nk + j).data());
     }
   }
-  Matrix o(Hkv * capacity, D), s_buf(std::max<Index>(capacity, 1), kKeyBlock);
+  Matrix o(Hkv * capacity, D), s_buf(kRowBlock, kKeyBlock);
   Vector m(Hkv * capacity), l(Hkv * capacity);
   reset(o, m, l);
   for (int g = 0; g < Hkv; ++g) {
