@@ -63,6 +63,48 @@ def decode_table(ours, peers):
     return out
 
 
+def prefill_table(ours, peers):
+    peer = {r["name"]: r for r in peers["rows"] if r["kind"] == "prefill"}
+    shapes = {}
+    for name, row in ours.items():
+        m = re.match(r"prefill/(\w+)/(\w+)", name)
+        if m:
+            shapes.setdefault(m[1], {})[m[2]] = row
+    out = []
+    for shape, modes in shapes.items():
+        tf = {k: v["TFLOPs"] for k, v in modes.items()}
+        us = {k: v["real_time"] for k, v in modes.items()}
+        p = peer.get(shape, {})
+        r = {"shape": shape, "ours_tflops": tf, "ours_us": us,
+             "flash_tflops": p.get("flash_tflops"), "cudnn_tflops": p.get("cudnn_tflops")}
+        if "local" in tf:
+            if r["flash_tflops"]:
+                r["local_vs_flash"] = tf["local"] / r["flash_tflops"]
+            if r["cudnn_tflops"]:
+                r["local_vs_cudnn"] = tf["local"] / r["cudnn_tflops"]
+            if "rope_off" in us:
+                r["rope_overhead_local"] = us["local"] / us["rope_off"] - 1.0
+                if "raw" in us:
+                    r["rope_overhead_raw"] = us["raw"] / us["rope_off"] - 1.0
+        out.append(r)
+    return out
+
+
+def prefill_markdown(rows, meta):
+    lines = [f"Prefill, {meta['device']}, commit {meta['commit']}, {meta['date']}; medians; "
+             "TFLOP/s = 4 q kv d heads / time (halved for the causal square).", "",
+             "| shape | local | raw | RoPE off | flash | cuDNN | local / flash | local / cuDNN | "
+             "RoPE overhead local / raw |", "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        tf = r["ours_tflops"]
+        lines.append(f"| {r['shape']} | {fmt(tf.get('local'), '{:.0f}')} | {fmt(tf.get('raw'), '{:.0f}')} | "
+                     f"{fmt(tf.get('rope_off'), '{:.0f}')} | {fmt(r['flash_tflops'], '{:.0f}')} | "
+                     f"{fmt(r['cudnn_tflops'], '{:.0f}')} | {fmt(r.get('local_vs_flash'))}x | "
+                     f"{fmt(r.get('local_vs_cudnn'))}x | {fmt(r.get('rope_overhead_local'), '{:+.1%}')} / "
+                     f"{fmt(r.get('rope_overhead_raw'), '{:+.1%}')} |")
+    return "\n".join(lines) + "\n"
+
+
 def fmt(x, spec="{:.2f}"):
     return "-" if x is None else spec.format(x)
 
@@ -126,6 +168,7 @@ def plot(rows, path, meta):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--decode", required=True)
+    ap.add_argument("--prefill")
     ap.add_argument("--peers", required=True)
     ap.add_argument("--out", required=True)
     ap.add_argument("--commit", default=os.environ.get("LAZYATTN_COMMIT", "unknown"))
@@ -138,10 +181,17 @@ def main():
             "torch": peers.get("torch"), "cudnn": peers.get("cudnn"),
             "benchmark_context": ctx}
     rows = decode_table(ours, peers)
+    prefill_rows = []
+    if a.prefill and os.path.exists(a.prefill):
+        _, ours_p = medians(a.prefill)
+        prefill_rows = prefill_table(ours_p, peers)
     os.makedirs(a.out, exist_ok=True)
     with open(os.path.join(a.out, "decode_report.json"), "w") as f:
-        json.dump({"meta": meta, "decode": rows, "peers": peers}, f, indent=1)
+        json.dump({"meta": meta, "decode": rows, "prefill": prefill_rows, "peers": peers}, f,
+                  indent=1)
     md = markdown(rows, meta)
+    if prefill_rows:
+        md += "\n" + prefill_markdown(prefill_rows, meta)
     with open(os.path.join(a.out, "decode_report.md"), "w") as f:
         f.write(md)
     print(md)

@@ -1,5 +1,6 @@
-// Test harness for the CUDA decode: runs a reference-test Scenario on the device (deferred, and the
-// eager baseline: re-encode + rotated queries + RoPE-off decode) and applies DESIGN.md section 4.
+// Test harness for the CUDA kernels: runs a reference-test Scenario on the device with the decode or
+// the prefill kernel (deferred, and the eager baseline: re-encode + rotated queries + RoPE-off
+// kernel) and applies DESIGN.md section 4.
 #pragma once
 
 #include <algorithm>
@@ -58,17 +59,27 @@ struct DeviceScenario {
   cuda::DeviceBuffer<float> lse;
   cuda::DecodeWorkspace ws;
 
+  bool use_prefill = false;
+
+  // forced_splits < 0: the prefill kernel (its own schedule); otherwise decode with that many
+  // splits (0: the heuristic).
   DeviceScenario(const Scenario& s, int forced_splits)
       : sc(s), pool(with_spare_pages(s.store->config(), s.plan)), rope(s.rope) {
+    use_prefill = forced_splits < 0;
     std::vector<std::int32_t> all(static_cast<std::size_t>(s.store->config().num_pages));
     std::iota(all.begin(), all.end(), 0);
     pool.upload_pages(*s.store, all);
     rope.prepare(s.plan);
-    cuda::ScheduleOptions opt;
-    opt.num_sms = cuda::device_sm_count();
-    opt.ctas_per_sm = cuda::decode_ctas_per_sm(s.spec.dtype, s.spec.head_dim);
-    opt.forced_splits = forced_splits;
-    schedule = cuda::make_decode_schedule(s.plan, s.spec.num_kv_heads, opt);
+    if (use_prefill) {
+      schedule = cuda::make_prefill_schedule(s.plan, s.spec.num_kv_heads,
+                                             s.spec.num_qo_heads / s.spec.num_kv_heads);
+    } else {
+      cuda::ScheduleOptions opt;
+      opt.num_sms = cuda::device_sm_count();
+      opt.ctas_per_sm = cuda::decode_ctas_per_sm(s.spec.dtype, s.spec.head_dim);
+      opt.forced_splits = forced_splits;
+      schedule = cuda::make_decode_schedule(s.plan, s.spec.num_kv_heads, opt);
+    }
     plan.upload(s.plan, schedule);
     std::vector<float> qr = rounded_queries(s);
     dispatch_dtype(s.spec.dtype, [&](auto tag) {
@@ -115,9 +126,27 @@ struct DeviceScenario {
     return r;
   }
 
+  // One launch of the kernel under test on a plan.
+  void launch(bool rope_on, const void* q_ptr, const cuda::DevicePlan& on) {
+    if (use_prefill) {
+      cuda::PrefillArgs a;
+      cuda::DecodeArgs d = args(rope_on, q_ptr);
+      a.dtype = d.dtype;
+      a.q = d.q;
+      a.o = d.o;
+      a.maybe_lse = d.maybe_lse;
+      a.layer = d.layer;
+      a.params = d.params;
+      a.rope = d.rope;
+      cuda::prefill(a, pool, on, rope);
+    } else {
+      cuda::decode(args(rope_on, q_ptr), pool, on, rope, ws);
+    }
+  }
+
   GpuResult deferred() {
     poison();
-    cuda::decode(args(true, q.data()), pool, plan, rope, ws);
+    launch(true, q.data(), plan);
     return fetch();
   }
 
@@ -150,7 +179,7 @@ struct DeviceScenario {
     cuda::rotate_queries(sc.spec.dtype, q.data(), q_rot.data(), plan.view(), sc.spec.num_qo_heads,
                          sc.spec.head_dim, rope);
     poison();
-    cuda::decode(args(false, q_rot.data()), pool, dplan, rope, ws);
+    launch(false, q_rot.data(), dplan);
     return fetch();
   }
 };

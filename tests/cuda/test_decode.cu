@@ -6,7 +6,7 @@
 #include <random>
 #include <string>
 
-#include "cuda/decode_harness.cuh"
+#include "cuda/harness.cuh"
 #include "support/options.hpp"
 
 using namespace lazyattn;

@@ -27,6 +27,8 @@
 #include "lazyattn/cuda/device_plan.cuh"
 #include "lazyattn/cuda/device_pool.cuh"
 #include "lazyattn/cuda/device_rope.cuh"
+#include "lazyattn/cuda/dispatch.cuh"
+#include "lazyattn/cuda/kv_tile.cuh"
 #include "lazyattn/cuda/ptx.cuh"
 #include "lazyattn/cuda/rope.cuh"
 #include "lazyattn/kv/plan.hpp"
@@ -59,7 +61,7 @@ namespace detail {
 
 inline constexpr int kDecodeWarps = 4;
 inline constexpr int kDecodeThreads = 32 * kDecodeWarps;
-inline constexpr int kDecodeTileKeys = 64;  // 16 keys per warp
+inline constexpr int kDecodeTileKeys = kTileKeys;  // 16 keys per warp
 inline constexpr int kRows = 16;            // query rows of the mma A operand
 
 template <int D>
@@ -85,25 +87,6 @@ struct DecodeShape {
   // Two CTAs per multiprocessor (228 KiB, 1 KiB reserved per CTA) up to D = 128.
   static_assert(D > 128 || kSmemBytes <= 113 * 1024, "decode: shared memory too large for 2 CTAs/SM");
 };
-
-// Element (row, chunk) of a [rows][D] 16-bit tile, chunks XOR-swizzled by row: ldmatrix's eight
-// rows of one chunk land in eight different bank groups.
-template <int D>
-__device__ __forceinline__ int swizzle(int row, int chunk) {
-  return row * D + ((chunk ^ (row & 7)) << 3);
-}
-
-// Rotates a key pair (x, y) in place by (cos, sin).
-__device__ __forceinline__ void rotate_pair(float& x, float& y, float2 cs) {
-  float nx = x * cs.x - y * cs.y;
-  float ny = x * cs.y + y * cs.x;
-  x = nx;
-  y = ny;
-}
-
-__device__ __forceinline__ float2 combine_angles(float2 a, float2 b) {
-  return make_float2(a.x * b.x - a.y * b.y, a.y * b.x + a.x * b.y);
-}
 
 template <class T, int D, bool kRope>
 __global__ void __launch_bounds__(kDecodeThreads, 2)
@@ -139,69 +122,25 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
   const std::uint64_t* turns = p.rope.turns + static_cast<std::int64_t>(rope_set) * rot_half;
 
   // ---- K/V tiles: addresses come from TileInfo records and page ids fetched ahead ------------
-  // The pipeline keeps every global load that a cp.async address depends on one iteration ahead
-  // of its use, so no dependent load chain (tile -> page id -> address) stalls the issue.
+  // Every global load that a cp.async address depends on is made one iteration before its use,
+  // so no dependent load chain (tile -> page id -> address) stalls the issue.
   constexpr int S = Shape::kStages;
-  constexpr int kRowsPerPass = kDecodeThreads / Shape::kChunks;
-  constexpr int kRowsPerThread = kDecodeTileKeys / kRowsPerPass;
-  const int chunk = tid % Shape::kChunks;
-  const int row0 = tid / Shape::kChunks;
-  const int page_mask = (1 << p.page_size_log2) - 1;
-  const T* k_pool = static_cast<const T*>(p.k_pool) + kv_head * p.head_stride;
-  const T* v_pool = static_cast<const T*>(p.v_pool) + kv_head * p.head_stride;
-  auto fetch_info = [&](int tile) {
-    TileInfo ti;
-    if (tile < tile_end) ti = p.sched.tiles[tile];
-    return ti;
-  };
-  auto fetch_pages = [&](const TileInfo& ti, int (&pg)[kRowsPerThread]) {
-#pragma unroll
-    for (int i = 0; i < kRowsPerThread; ++i) {
-      int r = min(row0 + i * kRowsPerPass, max(ti.rows - 1, 0));
-      pg[i] = ti.rows > 0 ? p.plan.page_ids[ti.page_base + ((ti.key0 + r) >> p.page_size_log2)] : 0;
-    }
-  };
-  auto issue = [&](const TileInfo& ti, const int (&pg)[kRowsPerThread], int stage) {
-    T* ks = stage_base + stage * 2 * Shape::kTileElems;
-    T* vs = ks + Shape::kTileElems;
-#pragma unroll
-    for (int i = 0; i < kRowsPerThread; ++i) {
-      int r = row0 + i * kRowsPerPass;
-      bool valid = r < ti.rows;
-      int slot = (ti.key0 + min(r, max(ti.rows - 1, 0))) & page_mask;
-      std::int64_t off = static_cast<std::int64_t>(pg[i]) * p.page_stride +
-                         static_cast<std::int64_t>(slot) * D + chunk * 8;
-      int dst = swizzle<D>(r, chunk);
-      ptx::cp_async_16(ptx::smem_addr(ks + dst), k_pool + off, valid);
-      ptx::cp_async_16(ptx::smem_addr(vs + dst), v_pool + off, valid);
-    }
-  };
-
-  // The CTA's tile records, pulled into L2 now: later fetches hit L2 instead of waiting on HBM
-  // behind the K/V stream.
-  {
-    const char* first_rec = reinterpret_cast<const char*>(p.sched.tiles + tile_begin);
-    const char* last_rec = reinterpret_cast<const char*>(p.sched.tiles + tile_end);
-    for (const char* a = first_rec + tid * 128; a < last_rec; a += kDecodeThreads * 128)
-      asm volatile("prefetch.global.L2 [%0];" ::"l"(a));
-  }
-
-  // Prologue: the first S - 1 tiles go out before anything else (their latency hides the query
-  // setup); then the records and pages of the next tiles are fetched into registers.
-#pragma unroll
-  for (int s = 0; s < S - 1; ++s) {
-    TileInfo ti = fetch_info(tile_begin + s);
-    int pg[kRowsPerThread];
-    fetch_pages(ti, pg);
-    if (tile_begin + s < tile_end) issue(ti, pg, s);
-    ptx::cp_async_commit();
-  }
-  TileInfo issue_info = fetch_info(tile_begin + S - 1);  // next tile to issue
-  int issue_pages[kRowsPerThread];
-  fetch_pages(issue_info, issue_pages);
-  TileInfo ahead_info = fetch_info(tile_begin + S);  // the one after: its pages come next
-  TileInfo cur = fetch_info(tile_begin);             // the tile computed in this iteration
-  TileInfo next = fetch_info(tile_begin + 1);
+  using Stream = TileStream<T, D, kDecodeThreads, S>;
+  Stream stream{p.sched.tiles,
+                p.plan.page_ids,
+                static_cast<const T*>(p.k_pool) + kv_head * p.head_stride,
+                static_cast<const T*>(p.v_pool) + kv_head * p.head_stride,
+                p.page_stride,
+                p.page_size_log2,
+                tile_end,
+                tid % Stream::kChunks,
+                tid / Stream::kChunks,
+                stage_base};
+  stream.prefetch_records(tile_begin, tid);
+  // The first tiles go out before anything else: their latency hides the query setup.
+  stream.start(tile_begin);
+  TileInfo cur = stream.info(tile_begin);  // the tile computed in this iteration
+  TileInfo next = stream.info(tile_begin + 1);
 
   // The group's queries (16-bit, un-rotated) in global memory; rows >= G read as zero.
   const T* q_src = static_cast<const T*>(p.q) +
@@ -234,15 +173,10 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
     const int it = tile - tile_begin;
     ptx::cp_async_wait<S - 2>();
     __syncthreads();  // tile `it` is in shared memory; stage (it - 1) % S is free again
-    if (tile + S - 1 < tile_end) issue(issue_info, issue_pages, (it + S - 1) % S);
-    ptx::cp_async_commit();
-    // Advance the fetch pipeline: these loads complete while this tile is computed.
-    issue_info = ahead_info;
-    fetch_pages(issue_info, issue_pages);
-    ahead_info = fetch_info(tile + S + 1);
+    stream.step(tile, it);  // its loads complete while this tile is computed
     const TileInfo ti = cur;
     cur = next;
-    next = fetch_info(tile + 2);
+    next = stream.info(tile + 2);
 
     const bool raw = kRope && ti.form == kRawForm;
 
@@ -310,8 +244,8 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
       base_ready = true;
     }
 
-    const T* ks = stage_base + (it % S) * 2 * Shape::kTileElems;
-    const T* vs = ks + Shape::kTileElems;
+    const T* ks = stream.k_stage(it % S);
+    const T* vs = stream.v_stage(it % S);
 
     // ---- S = Q K^T for this warp's 16 keys ----------------------------------------------------
     float sc[2][4];
@@ -611,42 +545,6 @@ struct DecodeArgs {
   bool rope = true;  // false: the RoPE-off baseline (keys and queries pre-rotated by the caller)
 };
 
-inline const char* decode_supported_head_dims() { return "64, 128, 256"; }
-
-// Raises a kernel's dynamic shared memory limit and asks for the largest shared-memory carveout,
-// so that two CTAs fit per multiprocessor where their footprint allows (the default carveout may
-// leave room for one). Once per kernel and device is enough; repeating it is harmless.
-template <class Kernel>
-void prepare_kernel(Kernel kernel, int smem_bytes) {
-  LAZYATTN_CUDA_CHECK(
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
-  LAZYATTN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
-                                           cudaSharedmemCarveoutMaxShared));
-}
-
-// Shared memory of the K/V pipeline for a head dim (what the fused merge may reuse).
-inline std::int64_t dispatch_pipe_bytes(int head_dim) {
-  switch (head_dim) {
-    case 64: return detail::DecodeShape<64>::kPipeBytes;
-    case 128: return detail::DecodeShape<128>::kPipeBytes;
-    case 256: return detail::DecodeShape<256>::kPipeBytes;
-    default: return 0;
-  }
-}
-
-// Calls f(std::integral_constant<int, D>{}) for a supported head dim, or throws naming it.
-template <class F>
-void dispatch_head_dim(int head_dim, const char* where, F&& f) {
-  switch (head_dim) {
-    case 64: f(std::integral_constant<int, 64>{}); return;
-    case 128: f(std::integral_constant<int, 128>{}); return;
-    case 256: f(std::integral_constant<int, 256>{}); return;
-    default: break;
-  }
-  ::lazyattn::detail::throw_error(where, ": head_dim ", head_dim, ", expected one of ",
-                      decode_supported_head_dims());
-}
-
 // Launches the decode for one layer: every request of the plan has one query. No host
 // synchronisation; capturable into a CUDA graph once the plan and workspace are sized.
 inline void decode(const DecodeArgs& args, const DevicePool& pool, const DevicePlan& plan,
@@ -687,9 +585,10 @@ inline void decode(const DecodeArgs& args, const DevicePool& pool, const DeviceP
   }
   const DecodeScheduleView& sv = plan.schedule();
   if (sv.num_work == 0) return;
-  // The fused merge stages [splits, group] lse values in the pipeline's shared memory.
+  // The fused merge stages [splits, group] lse values in the pipeline's shared memory (the
+  // smallest pipeline, head dim 64, holds 48 KiB).
   LAZYATTN_CHECK(static_cast<std::int64_t>(sv.max_splits) * ap.group_size() * 4 + 128 <=
-                     dispatch_pipe_bytes(ap.head_dim),
+                     detail::DecodeShape<64>::kPipeBytes,
                  w, ": ", sv.max_splits, " splits of a GQA group of ", ap.group_size(),
                  " exceed the merge's shared memory, expected fewer splits");
   if (sv.num_partials > 0) {

@@ -29,6 +29,10 @@ struct DecodeScheduleView {
   const std::int32_t* work_split = nullptr;
   const std::int32_t* request_num_splits = nullptr;
   const std::int32_t* request_partial_offset = nullptr;
+  std::int32_t rows_per_qtile = 0;  // prefill only
+  std::int32_t num_qtiles = 0;
+  const std::int32_t* qtile_request = nullptr;
+  const std::int32_t* qtile_row_begin = nullptr;
 };
 
 class DevicePlan {
@@ -70,6 +74,8 @@ class DevicePlan {
     std::size_t o_ws = pk.add(sched.work_split);
     std::size_t o_rns = pk.add(sched.request_num_splits);
     std::size_t o_rpo = pk.add(sched.request_partial_offset);
+    std::size_t o_qtr = pk.add(sched.qtile_request);
+    std::size_t o_qtb = pk.add(sched.qtile_row_begin);
 
     if (ready_) LAZYATTN_CUDA_CHECK(cudaEventSynchronize(ready_));  // staging free again
     else LAZYATTN_CUDA_CHECK(cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming));
@@ -113,6 +119,10 @@ class DevicePlan {
     sched_.work_split = reinterpret_cast<const std::int32_t*>(at(o_ws));
     sched_.request_num_splits = reinterpret_cast<const std::int32_t*>(at(o_rns));
     sched_.request_partial_offset = reinterpret_cast<const std::int32_t*>(at(o_rpo));
+    sched_.rows_per_qtile = sched.rows_per_qtile;
+    sched_.num_qtiles = static_cast<std::int32_t>(sched.qtile_request.size());
+    sched_.qtile_request = reinterpret_cast<const std::int32_t*>(at(o_qtr));
+    sched_.qtile_row_begin = reinterpret_cast<const std::int32_t*>(at(o_qtb));
   }
 
   const PlanView& view() const { return view_; }

@@ -20,4 +20,17 @@ __device__ __forceinline__ float2 rope_cos_sin(std::int64_t position, std::uint6
   return make_float2(c, s);
 }
 
+// Rotates a pair (x, y) in place by (cos, sin).
+__device__ __forceinline__ void rotate_pair(float& x, float& y, float2 cs) {
+  float nx = x * cs.x - y * cs.y;
+  float ny = x * cs.y + y * cs.x;
+  x = nx;
+  y = ny;
+}
+
+// cos/sin of a sum of two angles from the cos/sin of each.
+__device__ __forceinline__ float2 combine_angles(float2 a, float2 b) {
+  return make_float2(a.x * b.x - a.y * b.y, a.y * b.x + a.x * b.y);
+}
+
 }  // namespace lazyattn::cuda

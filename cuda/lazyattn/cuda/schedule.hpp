@@ -25,7 +25,8 @@ struct TileInfo {
   std::int32_t rows = 0;
   std::int32_t form = 0;
   std::int64_t seg_start = 0;
-  std::int64_t reserved = 0;
+  std::int32_t segment = 0;  // global segment index
+  std::int32_t is_tail = 0;  // 1: the request's tail (causal for prefill queries)
 };
 static_assert(sizeof(TileInfo) == 32, "TileInfo is loaded as two 16-byte vectors");
 
@@ -46,6 +47,11 @@ struct DecodeSchedule {
   // Per request: number of splits and where its partial states start (-1 when unsplit).
   std::vector<std::int32_t> request_num_splits;
   std::vector<std::int32_t> request_partial_offset;
+  // Prefill only: query tiles (a request's (query, group head) rows in runs of rows_per_qtile),
+  // each with its request and first row. Empty for decode.
+  int rows_per_qtile = 0;
+  std::vector<std::int32_t> qtile_request;
+  std::vector<std::int32_t> qtile_row_begin;
 
   std::int32_t num_work() const { return static_cast<std::int32_t>(work_request.size()); }
 };
@@ -88,6 +94,8 @@ inline DecodeSchedule make_decode_schedule(const Plan& plan, int num_kv_heads,
         ti.rows = std::min(opt.tile_keys, plan.segment_length[seg] - k);
         ti.form = plan.segment_form[seg];
         ti.seg_start = plan.segment_start[seg];
+        ti.segment = seg;
+        ti.is_tail = plan.segment_kind[seg] == static_cast<std::uint8_t>(SegmentKind::kTail);
         s.tiles.push_back(ti);
       }
     }
@@ -148,6 +156,32 @@ inline DecodeSchedule make_decode_schedule(const Plan& plan, int num_kv_heads,
       t += n;
     }
   }
+  return s;
+}
+
+// The prefill schedule: the same key tiles, one work item per request spanning all of them (no
+// split), and the query tiles. Rows of a request are its (query, head-of-group) pairs, query-major:
+// row = query * group_size + head, so one K/V tile serves every query head of the group.
+inline DecodeSchedule make_prefill_schedule(const Plan& plan, int num_kv_heads, int group_size,
+                                            int rows_per_qtile = 64) {
+  const char* w = "make_prefill_schedule";
+  LAZYATTN_CHECK(group_size >= 1 && rows_per_qtile % group_size == 0, w, ": group_size ",
+                 group_size, ", expected a divisor of rows_per_qtile ", rows_per_qtile);
+  ScheduleOptions opt;
+  opt.forced_splits = 1;
+  DecodeSchedule s = make_decode_schedule(plan, num_kv_heads, opt);
+  s.rows_per_qtile = rows_per_qtile;
+  for (std::int32_t b = 0; b < plan.num_requests(); ++b) {
+    std::int64_t rows = static_cast<std::int64_t>(plan.request_query_indptr[b + 1] -
+                                                  plan.request_query_indptr[b]) *
+                        group_size;
+    for (std::int64_t r = 0; r < rows; r += rows_per_qtile) {
+      s.qtile_request.push_back(b);
+      s.qtile_row_begin.push_back(static_cast<std::int32_t>(r));
+    }
+  }
+  LAZYATTN_CHECK(s.qtile_request.size() < (std::size_t{1} << 31), w,
+                 ": more than 2^31 - 1 query tiles");
   return s;
 }
 

@@ -1,0 +1,165 @@
+// Prefill benchmarks on the GPU (DESIGN.md section 5): Llama-3-8B attention (32 query heads, 8 KV
+// heads, head dim 128, bf16, page size 16), CUDA-event timing per call, medians of repetitions.
+//
+//   rag_tail     512 queries over 16 documents x 512 tokens + their own 512 (kv 8704), documents at
+//                shuffled back-to-back starts; FLOPs 4 * q * kv * d * heads
+//   encode_N     causal document encoding, N = 4096 and 16384 (one tail of N tokens from 0, all
+//                its tokens queries); FLOPs halved for the causal square
+//   modes        local (documents and tail in local form), raw (keys rotated in the kernel), and
+//                rope_off (the same kernel on pre-rotated keys and queries)
+#include <benchmark/benchmark.h>
+
+#include <algorithm>
+#include <memory>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "lazyattn/cuda.cuh"
+#include "lazyattn/lazyattn.hpp"
+
+namespace {
+
+using namespace lazyattn;
+
+constexpr int kQoHeads = 32, kKvHeads = 8, kHeadDim = 128, kPageSize = 16;
+
+struct Shape {
+  std::string name;
+  int num_docs;      // documents of doc_len before the tail
+  int doc_len;
+  int tail_len;      // the request's own tokens, all of them queries
+};
+
+enum class Mode { kLocal, kRaw, kRopeOff };
+
+const char* name(Mode m) {
+  return m == Mode::kLocal ? "local" : m == Mode::kRaw ? "raw" : "rope_off";
+}
+
+struct Setup {
+  std::string shape;
+  std::unique_ptr<KvStore> store;
+  std::unique_ptr<cuda::DevicePool> pool;
+  std::unique_ptr<cuda::DeviceRope> rope;
+  cuda::DevicePlan plan_local, plan_raw;
+  cuda::DeviceBuffer<__nv_bfloat16> q, o;
+  cuda::DeviceBuffer<float> lse;
+  double flops = 0;
+};
+
+RopePolicy llama3_rope() {
+  RopeConfig c;
+  c.head_dim = kHeadDim;
+  c.rope_theta = 500000.0;
+  c.max_position_embeddings = 131072;
+  c.rope_scaling.rope_type = RopeType::kLlama3;
+  c.rope_scaling.factor = 8.0;
+  c.rope_scaling.low_freq_factor = 1.0;
+  c.rope_scaling.high_freq_factor = 4.0;
+  c.rope_scaling.original_max_position_embeddings = 8192;
+  return RopePolicy(c);
+}
+
+std::unique_ptr<Setup> build(const Shape& sh) {
+  auto s = std::make_unique<Setup>();
+  s->shape = sh.name;
+  std::int64_t pages = std::int64_t{sh.num_docs} * ((sh.doc_len + kPageSize - 1) / kPageSize) +
+                       (sh.tail_len + kPageSize - 1) / kPageSize;
+  KvStoreConfig cfg{1, kKvHeads, kHeadDim, kPageSize, DType::kBFloat16, pages};
+  s->store = std::make_unique<KvStore>(cfg);
+  s->pool = std::make_unique<cuda::DevicePool>(cfg);
+  s->pool->fill_uniform(4321);
+  s->rope = std::make_unique<cuda::DeviceRope>(llama3_rope());
+  std::vector<DocHandle> docs;
+  for (int j = 0; j < sh.num_docs; ++j) {
+    auto r = s->store->allocate(DocKey{7, static_cast<std::uint64_t>(j)}, StorageForm::kLocal,
+                                sh.doc_len);
+    s->store->commit(r.handle);
+    docs.push_back(r.handle);
+  }
+  std::mt19937_64 rng(11);
+  std::shuffle(docs.begin(), docs.end(), rng);
+  TailHandle tail = s->store->create_tail(StorageForm::kLocal);
+  s->store->reserve(tail, sh.tail_len);
+  RequestLayout layout = layouts::back_to_back(*s->store, docs, tail, sh.tail_len);
+  Plan plan = make_plan(*s->store, layout);
+  s->plan_local.upload(plan, cuda::make_prefill_schedule(plan, kKvHeads, kQoHeads / kKvHeads));
+  Plan raw = plan;
+  std::fill(raw.segment_form.begin(), raw.segment_form.end(),
+            static_cast<std::uint8_t>(StorageForm::kRaw));
+  s->plan_raw.upload(raw, cuda::make_prefill_schedule(raw, kKvHeads, kQoHeads / kKvHeads));
+  std::size_t q_elems = static_cast<std::size_t>(sh.tail_len) * kQoHeads * kHeadDim;
+  s->q = cuda::DeviceBuffer<__nv_bfloat16>(q_elems);
+  s->o = cuda::DeviceBuffer<__nv_bfloat16>(q_elems);
+  s->lse = cuda::DeviceBuffer<float>(static_cast<std::size_t>(sh.tail_len) * kQoHeads);
+  cuda::fill_uniform(s->q.data(), DType::kBFloat16, static_cast<std::int64_t>(q_elems), 5);
+  const double kv = double(sh.num_docs) * sh.doc_len + sh.tail_len;
+  s->flops = 4.0 * sh.tail_len * kv * kHeadDim * kQoHeads;
+  if (sh.num_docs == 0) s->flops /= 2;  // causal square
+  LAZYATTN_CUDA_CHECK(cudaDeviceSynchronize());
+  return s;
+}
+
+Setup& setup_for(const Shape& sh) {
+  static std::unique_ptr<Setup> current;
+  if (!current || current->shape != sh.name) {
+    current.reset();
+    current = build(sh);
+  }
+  return *current;
+}
+
+void bench_prefill(benchmark::State& state, Shape sh, Mode mode) {
+  Setup& s = setup_for(sh);
+  cuda::PrefillArgs a;
+  a.q = s.q.data();
+  a.o = s.o.data();
+  a.maybe_lse = s.lse.data();
+  a.params.num_qo_heads = kQoHeads;
+  a.params.num_kv_heads = kKvHeads;
+  a.params.head_dim = kHeadDim;
+  a.rope = mode != Mode::kRopeOff;
+  const cuda::DevicePlan& plan = mode == Mode::kRaw ? s.plan_raw : s.plan_local;
+  cudaEvent_t start, stop;
+  LAZYATTN_CUDA_CHECK(cudaEventCreate(&start));
+  LAZYATTN_CUDA_CHECK(cudaEventCreate(&stop));
+  for (int i = 0; i < 3; ++i) cuda::prefill(a, *s.pool, plan, *s.rope);
+  for (auto _ : state) {
+    LAZYATTN_CUDA_CHECK(cudaEventRecord(start));
+    cuda::prefill(a, *s.pool, plan, *s.rope);
+    LAZYATTN_CUDA_CHECK(cudaEventRecord(stop));
+    LAZYATTN_CUDA_CHECK(cudaEventSynchronize(stop));
+    float ms = 0;
+    LAZYATTN_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+    state.SetIterationTime(ms * 1e-3);
+  }
+  state.counters["flops"] = s.flops;
+  state.counters["TFLOPs"] =
+      benchmark::Counter(s.flops * 1e-12 * state.iterations(), benchmark::Counter::kIsRate);
+  LAZYATTN_CUDA_CHECK(cudaEventDestroy(start));
+  LAZYATTN_CUDA_CHECK(cudaEventDestroy(stop));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<Shape> shapes{{"rag_tail", 16, 512, 512}, {"encode_4096", 0, 0, 4096},
+                            {"encode_16384", 0, 0, 16384}};
+  for (const Shape& sh : shapes) {
+    for (Mode m : {Mode::kLocal, Mode::kRaw, Mode::kRopeOff}) {
+      std::string n = "prefill/" + sh.name + "/" + name(m);
+      benchmark::RegisterBenchmark(n.c_str(), bench_prefill, sh, m)
+          ->UseManualTime()
+          ->Unit(benchmark::kMicrosecond)
+          ->Iterations(10)
+          ->Repetitions(5)
+          ->ReportAggregatesOnly(true);
+    }
+  }
+  benchmark::Initialize(&argc, argv);
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

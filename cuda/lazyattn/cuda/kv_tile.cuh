@@ -1,0 +1,121 @@
+// Streaming 64-key K/V tiles of paged segments into shared memory (cp.async, XOR-swizzled rows),
+// with every address-producing load (tile record, page ids) fetched a tile ahead of its use.
+// Shared by the decode and prefill kernels.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "lazyattn/cuda/ptx.cuh"
+#include "lazyattn/cuda/schedule.hpp"
+
+namespace lazyattn::cuda::detail {
+
+inline constexpr int kTileKeys = 64;
+
+// Element (row, chunk) of a [rows][D] 16-bit tile, 16-byte chunks XOR-swizzled by row: the eight
+// rows one ldmatrix reads for a chunk land in eight different bank groups.
+template <int D>
+__device__ __forceinline__ int swizzle(int row, int chunk) {
+  return row * D + ((chunk ^ (row & 7)) << 3);
+}
+
+// A ring of S stages, each a K tile then a V tile of [kTileKeys][D] elements. One object per
+// thread; its rolling registers hold the record and page ids of the next tiles to issue.
+template <class T, int D, int kThreads, int S>
+struct TileStream {
+  static constexpr int kChunks = D / 8;  // 16-byte chunks per row
+  static constexpr int kRowsPerPass = kThreads / kChunks;
+  static constexpr int kRowsPerThread = kTileKeys / kRowsPerPass;
+  static constexpr int kTileElems = kTileKeys * D;
+  static constexpr int kStageBytes = 2 * kTileElems * static_cast<int>(sizeof(T));
+  static_assert(kThreads % kChunks == 0 && kTileKeys % kRowsPerPass == 0, "tile loader shape");
+
+  const TileInfo* tiles;
+  const std::int32_t* page_ids;
+  const T* k;  // this KV head's base in the layer's K pool
+  const T* v;
+  std::int64_t page_stride;
+  int page_log2;
+  int tile_end;
+  int chunk;  // the 16-byte chunk of a row this thread copies
+  int row0;   // the first row it copies; then every kRowsPerPass rows
+  T* stages;
+
+  TileInfo issue_info;  // the next tile to issue
+  TileInfo ahead_info;  // the one after it
+  int issue_pages[kRowsPerThread];
+
+  __device__ T* k_stage(int stage) const { return stages + stage * 2 * kTileElems; }
+  __device__ T* v_stage(int stage) const { return k_stage(stage) + kTileElems; }
+
+  __device__ TileInfo info(int tile) const {
+    TileInfo ti;
+    if (tile < tile_end) ti = tiles[tile];
+    return ti;
+  }
+
+  __device__ void fetch_pages(const TileInfo& ti, int (&pg)[kRowsPerThread]) const {
+#pragma unroll
+    for (int i = 0; i < kRowsPerThread; ++i) {
+      int r = min(row0 + i * kRowsPerPass, max(ti.rows - 1, 0));
+      pg[i] = ti.rows > 0 ? page_ids[ti.page_base + ((ti.key0 + r) >> page_log2)] : 0;
+    }
+  }
+
+  // Rows past the tile's keys are zero-filled, never read (stale pages may hold NaN patterns).
+  __device__ void issue(const TileInfo& ti, const int (&pg)[kRowsPerThread], int stage) const {
+    T* ks = k_stage(stage);
+    T* vs = v_stage(stage);
+    const int mask = (1 << page_log2) - 1;
+#pragma unroll
+    for (int i = 0; i < kRowsPerThread; ++i) {
+      int r = row0 + i * kRowsPerPass;
+      bool valid = r < ti.rows;
+      int slot = (ti.key0 + min(r, max(ti.rows - 1, 0))) & mask;
+      std::int64_t off = static_cast<std::int64_t>(pg[i]) * page_stride +
+                         static_cast<std::int64_t>(slot) * D + chunk * 8;
+      int dst = swizzle<D>(r, chunk);
+      ptx::cp_async_16(ptx::smem_addr(ks + dst), k + off, valid);
+      ptx::cp_async_16(ptx::smem_addr(vs + dst), v + off, valid);
+    }
+  }
+
+  // Pulls the records of tiles [begin, end) into L2: later fetches hit L2 instead of queueing
+  // behind the K/V stream in HBM.
+  __device__ void prefetch_records(int begin, int tid) const {
+    const char* first = reinterpret_cast<const char*>(tiles + begin);
+    const char* last = reinterpret_cast<const char*>(tiles + tile_end);
+    for (const char* a = first + tid * 128; a < last; a += kThreads * 128)
+      asm volatile("prefetch.global.L2 [%0];" ::"l"(a));
+  }
+
+  // Issues tiles begin .. begin + S - 2 (one commit group each, empty past the end) and fetches
+  // what the first step() issues.
+  __device__ void start(int begin) {
+#pragma unroll
+    for (int s = 0; s < S - 1; ++s) {
+      TileInfo ti = info(begin + s);
+      int pg[kRowsPerThread];
+      fetch_pages(ti, pg);
+      if (begin + s < tile_end) issue(ti, pg, s);
+      ptx::cp_async_commit();
+    }
+    issue_info = info(begin + S - 1);
+    fetch_pages(issue_info, issue_pages);
+    ahead_info = info(begin + S);
+  }
+
+  // At iteration `it` (tile `tile` = begin + it, already waited for): issues tile + S - 1 into the
+  // stage tile `tile - 1` used, commits, and fetches ahead.
+  __device__ void step(int tile, int it) {
+    if (tile + S - 1 < tile_end) issue(issue_info, issue_pages, (it + S - 1) % S);
+    ptx::cp_async_commit();
+    issue_info = ahead_info;
+    fetch_pages(issue_info, issue_pages);
+    ahead_info = info(tile + S + 1);
+  }
+};
+
+}  // namespace lazyattn::cuda::detail
