@@ -138,7 +138,8 @@ TEST_CASE("attend: a plan that does not fit the store or itself", "[ref][errors]
   }
 }
 
-TEST_CASE("decode needs one query per request; prefill takes any number", "[ref][errors]") {
+TEST_CASE("decode needs one query per request; prefill takes any number; both are attend",
+          "[ref][errors]") {
   ScenarioSpec s = small_spec();
   s.num_queries = {1, 3};
   Scenario sc = make_scenario(s);
@@ -152,6 +153,17 @@ TEST_CASE("decode needs one query per request; prefill takes any number", "[ref]
   lazyattn::ref::scalar::prefill(*sc.store, sc.plan, 1, sc.rope, p, sc.q, out, lse);
   lazyattn::ref::eigen::prefill(*sc.store, sc.plan, 1, sc.rope, p, sc.q, out2, lse);
   LAZYATTN_CHECK_CLOSE(out2, out, float_tolerance());
+
+  // A plan with one query per request decodes, and decode is attend.
+  Scenario one = make_scenario(small_spec());
+  std::vector<float> d_out(one.out_size()), d_lse(one.lse_size());
+  std::vector<float> a_out(one.out_size()), a_lse(one.lse_size());
+  lazyattn::ref::scalar::decode(*one.store, one.plan, 1, one.rope, p, one.q, d_out, d_lse);
+  lazyattn::ref::scalar::attend(*one.store, one.plan, 1, one.rope, p, one.q, a_out, a_lse);
+  CHECK(d_out == a_out);
+  lazyattn::ref::eigen::decode(*one.store, one.plan, 1, one.rope, p, one.q, d_out, d_lse);
+  lazyattn::ref::eigen::attend(*one.store, one.plan, 1, one.rope, p, one.q, a_out, a_lse);
+  CHECK(d_out == a_out);
 }
 
 TEST_CASE("local form with a length-dependent schedule is refused", "[ref][errors]") {

@@ -196,22 +196,21 @@ void attend_typed(const KvStore& store, const Plan& plan, int layer, const RopeP
     Vec Q_rot(static_cast<std::size_t>(Hq * D));  // Q_i rotated for the current key
     std::vector<Vec> S(static_cast<std::size_t>(Hq));
     std::vector<std::vector<const double*>> V(static_cast<std::size_t>(Hq));
+    auto Q_h = [&](int h) { return &Q[static_cast<std::size_t>(h) * D]; };
+    auto Q_rot_h = [&](int h) { return &Q_rot[static_cast<std::size_t>(h) * D]; };
     Angles a;
     for (std::int64_t r = 0; r < num_queries; ++r) {
       const std::int64_t row = q_begin + r;
       const std::int64_t m = plan.request_query_position[b] + r;
       for (int x = 0; x < Hq * D; ++x) Q[x] = q[static_cast<std::size_t>(row * Hq * D + x)];
-      for (int h = 0; h < Hq; ++h) scale_query(f, &Q[static_cast<std::size_t>(h * D)]);
+      for (int h = 0; h < Hq; ++h) scale_query(f, Q_h(h));
       for (int h = 0; h < Hq; ++h) {
         S[h].clear();
         V[h].clear();
       }
       if (method == Method::kEager) {
         a.set(f, m);
-        for (int h = 0; h < Hq; ++h) {
-          rotate(f, a, &Q[static_cast<std::size_t>(h * D)],
-                 &Q_rot[static_cast<std::size_t>(h * D)]);
-        }
+        for (int h = 0; h < Hq; ++h) rotate(f, a, Q_h(h), Q_rot_h(h));
       }
       bool have_delta = false;
       std::int64_t delta = 0;
@@ -222,25 +221,21 @@ void attend_typed(const KvStore& store, const Plan& plan, int layer, const RopeP
         if (method == Method::kEager) {
           K_j = &K_eager[static_cast<std::size_t>(j * Hkv * D)];
         } else {
-          // Deferred: the query turns by m - n (raw) or m - s (local); the stored key is used as
-          // is.
+          // Deferred: the query turns by m - n (raw) or m - s (local); stored keys stay as they
+          // are.
           std::int64_t want =
               m - (ctx.form[j] == StorageForm::kRaw ? ctx.position[j] : ctx.start[j]);
           if (!have_delta || want != delta) {
             delta = want;
             have_delta = true;
             a.set(f, delta);
-            for (int h = 0; h < Hq; ++h) {
-              rotate(f, a, &Q[static_cast<std::size_t>(h * D)],
-                     &Q_rot[static_cast<std::size_t>(h * D)]);
-            }
+            for (int h = 0; h < Hq; ++h) rotate(f, a, Q_h(h), Q_rot_h(h));
           }
           K_j = &ctx.K[static_cast<std::size_t>(j * Hkv * D)];
         }
         for (int h = 0; h < Hq; ++h) {
           const int g = h / group;
-          S[h].push_back(
-              logit(params, dot(&Q_rot[static_cast<std::size_t>(h * D)], K_j + g * D, D)));
+          S[h].push_back(logit(params, dot(Q_rot_h(h), K_j + g * D, D)));
           V[h].push_back(&ctx.V[static_cast<std::size_t>((j * Hkv + g) * D)]);
         }
       }
