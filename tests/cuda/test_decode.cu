@@ -3,6 +3,8 @@
 // error rule of DESIGN.md section 4; graph capture; bad input.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+#include <cmath>
 #include <random>
 #include <string>
 
@@ -282,4 +284,52 @@ TEST_CASE("decode rejects bad input naming the value", "[cuda][decode][errors]")
     CHECK_THROWS_WITH(cuda::decode(a, ds.pool, ds.plan, ds.rope, ds.ws),
                       Catch::Contains("logits_soft_cap 30"));
   }
+}
+
+namespace {
+
+__global__ void device_cos_sin_kernel(const std::int64_t* positions, int n,
+                                      const std::uint64_t* turns, int pairs, float2* out) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n * pairs) out[i] = cuda::rope_cos_sin(positions[i / pairs], turns[i % pairs]);
+}
+
+}  // namespace
+
+TEST_CASE("device cos/sin are within 1e-6 of float64 truth below 2^24", "[cuda][rope]") {
+  RopeConfig rc;
+  rc.head_dim = 128;
+  rc.rope_theta = 500000.0;
+  rc.rope_scaling.rope_type = RopeType::kLlama3;
+  rc.rope_scaling.factor = 8.0;
+  rc.rope_scaling.low_freq_factor = 1.0;
+  rc.rope_scaling.high_freq_factor = 4.0;
+  rc.rope_scaling.original_max_position_embeddings = 8192;
+  const RopeFrequencies f = RopePolicy(rc).base_frequencies();
+  std::vector<std::int64_t> pos{0, 1, 2, 1000, 65535, 65536, (1 << 23) + 1, (1 << 24) - 1,
+                                -1, -((1 << 24) - 1)};
+  Rng rng(17);
+  std::uniform_int_distribution<std::int64_t> u(0, (std::int64_t{1} << 24) - 1);
+  for (int i = 0; i < 200; ++i) pos.push_back(u(rng));
+  const int pairs = f.num_pairs(), n = static_cast<int>(pos.size());
+  cuda::DeviceBuffer<std::int64_t> dpos(pos.size());
+  cuda::DeviceBuffer<std::uint64_t> dturns(f.turns.size());
+  cuda::DeviceBuffer<float2> dout(pos.size() * pairs);
+  dpos.upload(std::span<const std::int64_t>(pos.data(), pos.size()));
+  dturns.upload(std::span<const std::uint64_t>(f.turns.data(), f.turns.size()));
+  device_cos_sin_kernel<<<(n * pairs + 255) / 256, 256>>>(dpos.data(), n, dturns.data(), pairs,
+                                                         dout.data());
+  LAZYATTN_CUDA_CHECK_LAUNCH();
+  std::vector<float2> got = dout.download();
+  double worst = 0;
+  for (int i = 0; i < n; ++i) {
+    for (int j = 0; j < pairs; ++j) {
+      long double a = static_cast<long double>(pos[i]) * static_cast<long double>(f.inv_freq[j]);
+      float2 c = got[static_cast<std::size_t>(i) * pairs + j];
+      worst = std::max({worst, std::fabs(static_cast<double>(c.x) - static_cast<double>(cosl(a))),
+                        std::fabs(static_cast<double>(c.y) - static_cast<double>(sinl(a)))});
+    }
+  }
+  INFO("worst |device - truth| " << worst);
+  CHECK(worst <= 1e-6);
 }

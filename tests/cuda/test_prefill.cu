@@ -185,10 +185,13 @@ TEST_CASE("chunked prefill equals one-shot prefill", "[cuda][prefill]") {
   std::vector<float> chunked = chunk1;
   chunked.insert(chunked.end(), chunk2.begin(), chunk2.end());
   REQUIRE(chunked.size() == whole.size());
-  // Each row's arithmetic is the same in both runs (same key tiles, same order): equal bits.
-  std::size_t differ = 0;
-  for (std::size_t i = 0; i < whole.size(); ++i) differ += chunked[i] != whole[i] ? 1 : 0;
-  CHECK(differ == 0);
+  // Same keys, same tiles, but each query's rotation is built as cos/sin(m_first - s) (x)
+  // cos/sin(offset) from a different first query in the two runs, so the 16-bit queries can
+  // differ by one rounding: outputs agree to a few 16-bit ulps, not to the bit.
+  const double bound = 4 * 0x1p-8 * gpu::max_abs(whole);
+  std::string report = gpu::check_error_rule(chunked, whole, 0.0, bound);
+  INFO(report);
+  CHECK(report.empty());
 }
 
 TEST_CASE("document encoding on the device matches the reference's", "[cuda][prefill]") {

@@ -575,6 +575,7 @@ inline void decode(const DecodeArgs& args, const DevicePool& pool, const DeviceP
                  plan.schedule().tile_keys, ", expected ", detail::kDecodeTileKeys);
   const RopeView& rv = rope.view();
   if (args.rope) {
+    rope.check_prepared(pv.num_requests, w);
     LAZYATTN_CHECK(rope.policy().head_dim() == ap.head_dim, w, ": rope head_dim ",
                    rope.policy().head_dim(), ", expected ", ap.head_dim);
     LAZYATTN_CHECK(rv.rotary_dim % (rv.interleaved ? 16 : 32) == 0, w, ": rotary_dim ",

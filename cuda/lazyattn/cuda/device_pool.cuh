@@ -46,7 +46,7 @@ class DevicePool {
   // Allocates K and V pools shaped like the store's:
   // [num_layers, num_pages, num_kv_heads, page_size, head_dim], element type config.dtype.
   explicit DevicePool(const KvStoreConfig& config)
-      : config_(config),
+      : config_(checked(config)),
         geometry_{config.num_layers, config.num_kv_heads, config.head_dim, config.page_size,
                   config.num_pages},
         k_(static_cast<std::size_t>(geometry_.elements()) * size_of(config.dtype)),
@@ -104,6 +104,27 @@ class DevicePool {
   }
 
  private:
+  // The same rules as KvStore's constructor, so a pool never exists with a geometry the kernels
+  // cannot index (page sizes must be powers of two, sizes must not overflow).
+  static const KvStoreConfig& checked(const KvStoreConfig& c) {
+    const char* w = "DevicePool";
+    LAZYATTN_CHECK(c.num_layers >= 1 && c.num_kv_heads >= 1, w, ": num_layers ", c.num_layers,
+                   " and num_kv_heads ", c.num_kv_heads, ", expected >= 1");
+    LAZYATTN_CHECK(c.head_dim >= 2 && c.head_dim % 2 == 0 && c.head_dim <= 1024, w, ": head_dim ",
+                   c.head_dim, ", expected an even number in [2, 1024]");
+    LAZYATTN_CHECK(c.page_size >= 1 && c.page_size <= 1024 && (c.page_size & (c.page_size - 1)) == 0,
+                   w, ": page_size ", c.page_size, ", expected a power of two in [1, 1024]");
+    LAZYATTN_CHECK(c.num_pages >= 1 && c.num_pages <= 0x7fffffff, w, ": num_pages ", c.num_pages,
+                   ", expected in [1, 2^31 - 1]");
+    LAZYATTN_CHECK(c.dtype == DType::kFloat32 || c.dtype == DType::kFloat16 ||
+                       c.dtype == DType::kBFloat16,
+                   w, ": dtype value ", static_cast<int>(c.dtype), ", expected a DType");
+    const double bytes = 2.0 * c.num_layers * c.num_pages * c.num_kv_heads * c.page_size *
+                         c.head_dim * size_of(c.dtype);
+    LAZYATTN_CHECK(bytes < 9.0e18, w, ": ", bytes, " bytes of K and V, expected less than 2^63");
+    return c;
+  }
+
   std::size_t layer_offset_bytes(int layer) const {
     LAZYATTN_CHECK(layer >= 0 && layer < config_.num_layers, "DevicePool: layer ", layer,
                    ", expected in [0, ", config_.num_layers, ")");

@@ -40,13 +40,29 @@ class DeviceRope {
 
   // For length-dependent schedules: one frequency set per request of the plan (host work and an
   // async copy). A no-op for the others.
+  // Also refuses a plan with local-form segments under such a schedule: their keys carry a
+  // rotation the per-request frequencies would not match.
   void prepare(const Plan& plan, cudaStream_t stream = nullptr) {
     if (!policy_.depends_on_length()) return;
+    for (std::int32_t s = 0; s < plan.num_segments(); ++s) {
+      if (plan.segment_length[s] > 0)
+        policy_.check_form(static_cast<StorageForm>(plan.segment_form[s]), "cuda::DeviceRope::prepare");
+    }
     std::vector<RopeFrequencies> sets;
     sets.reserve(static_cast<std::size_t>(plan.num_requests()));
     for (std::int32_t b = 0; b < plan.num_requests(); ++b)
       sets.push_back(policy_.frequencies(plan.request_rope_length[b]));
     upload_sets(sets, stream);
+    prepared_requests_ = plan.num_requests();
+  }
+
+  // Throws unless the frequency sets cover a plan of `num_requests` requests (length-dependent
+  // schedules need prepare() with that plan first).
+  void check_prepared(std::int32_t num_requests, const char* where) const {
+    LAZYATTN_CHECK(!policy_.depends_on_length() || prepared_requests_ >= num_requests, where,
+                   ": rope_type ", to_string(policy_.rope_type()), " has frequency sets for ",
+                   prepared_requests_, " requests, expected ", num_requests,
+                   " (call DeviceRope::prepare with the plan)");
   }
 
   const RopeView& view() const { return view_; }
@@ -83,6 +99,7 @@ class DeviceRope {
 
   RopePolicy policy_;
   int offset_rows_;
+  std::int32_t prepared_requests_ = 0;
   RopeView view_;
   std::vector<std::uint64_t> host_turns_;
   std::vector<float2> host_cs_;

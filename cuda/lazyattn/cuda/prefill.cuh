@@ -498,6 +498,7 @@ inline void prefill(const PrefillArgs& args, const DevicePool& pool, const Devic
                  ", expected the pool's ", geo.page_size);
   const RopeView& rv = rope.view();
   if (args.rope) {
+    rope.check_prepared(pv.num_requests, w);
     LAZYATTN_CHECK(rope.policy().head_dim() == ap.head_dim, w, ": rope head_dim ",
                    rope.policy().head_dim(), ", expected ", ap.head_dim);
     LAZYATTN_CHECK(rv.rotary_dim % (rv.interleaved ? 16 : 32) == 0, w, ": rotary_dim ",

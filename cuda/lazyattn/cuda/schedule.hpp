@@ -1,10 +1,11 @@
 // Split-KV work schedule for the decode kernel, built on the host from a Plan (host-safe header).
 //
 // Each request's keys are cut into tiles of `tile_keys` keys that never cross a segment (a tile
-// belongs to one segment, so one query rotation and one storage form serve the whole tile, and
-// starts on a page boundary). A work item is a run of consecutive tiles of one request for one KV
-// head; a request split into S items leaves S partial (output, log-sum-exp) states that a merge
-// kernel combines. The split count is chosen so the grid fills every multiprocessor.
+// belongs to one segment, so one query rotation and one storage form serve the whole tile; any
+// power-of-two page size works, a tile may start inside a page when pages exceed the tile). A
+// work item is a run of consecutive tiles of one request for one KV head; a request split into S
+// items leaves S partial (output, log-sum-exp) states that the last of its CTAs to finish merges.
+// The split count is chosen so the grid fills every multiprocessor.
 #pragma once
 
 #include <algorithm>
