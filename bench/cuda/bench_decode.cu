@@ -1,4 +1,4 @@
-// Decode benchmarks on the GPU (DESIGN.md section 5): Llama-3-8B attention (32 query heads, 8 KV
+// Decode benchmarks on the GPU (protocol: docs/performance.md): Llama-3-8B attention (32 query heads, 8 KV
 // heads, head dim 128, bf16, page size 16), timed per call with CUDA events, medians over
 // repetitions, inputs rotated over layers so that they exceed L2.
 //

@@ -1,4 +1,4 @@
-// Prefill benchmarks on the GPU (DESIGN.md section 5): Llama-3-8B attention (32 query heads, 8 KV
+// Prefill benchmarks on the GPU (protocol: docs/performance.md): Llama-3-8B attention (32 query heads, 8 KV
 // heads, head dim 128, bf16, page size 16), CUDA-event timing per call, medians of repetitions.
 //
 //   rag_tail     512 queries over 16 documents x 512 tokens + their own 512 (kv 8704), documents at

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Times the peers of DESIGN.md section 5 on the H200: PyTorch SDPA (flash and cuDNN backends) on
+"""Times the peers of docs/performance.md on the H200: PyTorch SDPA (flash and cuDNN backends) on
 contiguous, pre-rotated K/V, and a large device copy for the bandwidth ceiling. Writes JSON.
 
     python3 bench/peers/sdpa_peers.py OUT.json [--quick]

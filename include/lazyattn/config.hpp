@@ -6,7 +6,7 @@
 #define LAZYATTN_VERSION_PATCH 0
 
 // Shared math is written once and compiled by both g++ and nvcc. Without nvcc the qualifier is a
-// plain `inline`, so every `.hpp` stays a host-only header (STYLE.md rule 1).
+// plain `inline`, so every `.hpp` stays a host-only header.
 #if defined(__CUDACC__)
 #define LAZYATTN_HOST_DEVICE __host__ __device__ __forceinline__
 #else

@@ -1,6 +1,6 @@
 // Test harness for the CUDA kernels: runs a reference-test Scenario on the device with the decode or
 // the prefill kernel (deferred, and the eager baseline: re-encode + rotated queries + RoPE-off
-// kernel) and applies DESIGN.md section 4.
+// kernel) and applies the error rule of docs/06-cuda.md.
 #pragma once
 
 #include <algorithm>
@@ -184,7 +184,7 @@ struct DeviceScenario {
   }
 };
 
-// DESIGN.md section 4: per element, |got - ref| <= 2 * (max eager error) + atol, and nothing
+// The error rule (docs/06-cuda.md): per element, |got - ref| <= 2 * (max eager error) + atol, and nothing
 // unwritten or NaN. Returns a report (empty when it holds) naming the first offenders.
 inline std::string check_error_rule(const std::vector<float>& got, const std::vector<float>& ref,
                                     double eager_max_error, double atol) {

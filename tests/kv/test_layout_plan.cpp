@@ -1,5 +1,5 @@
-// Layout helpers and make_plan: starts and lengths of the DESIGN.md layouts, CSR page tables and
-// per-segment metadata for hand-built batches, and every plan error naming its value.
+// Layout helpers and make_plan: starts and lengths of the layouts of docs/04-layouts.md, CSR page
+// tables and per-segment metadata for hand-built batches, and every plan error naming its value.
 #include <catch2/catch.hpp>
 #include <cstdint>
 #include <limits>
@@ -79,7 +79,7 @@ void check_segment(const RequestLayout& r, std::size_t j, SegmentKind kind, std:
 
 }  // namespace
 
-TEST_CASE("layout helpers place documents as DESIGN.md section 2 says", "[kv][layout]") {
+TEST_CASE("layout helpers place documents as docs/04-layouts.md says", "[kv][layout]") {
   Fixture f;
   const std::vector<DocHandle> docs{f.a, f.b, f.a, f.c};  // A twice
   SECTION("back to back (Block-Attention), padding never counts") {

@@ -75,7 +75,7 @@ TEST_CASE("cos/sin are within 1e-6 of float64 truth for every schedule below 2^2
     AngleError e = angle_error(f, positions);
     INFO(fmt::format("{}: max error {:.3g} at position {} pair {}", s.name, e.max_error,
                      e.worst_position, e.worst_pair));
-    CHECK(e.max_error <= 1e-6);  // DESIGN.md section 4
+    CHECK(e.max_error <= 1e-6);  // the angle rule of docs/02-math.md
     // What the exact reduction actually gives (angle.hpp: < 3e-12 rad of reduction error), so a
     // regression that stays under the contract still shows.
     CHECK(e.max_error <= 1e-10);

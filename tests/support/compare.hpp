@@ -1,4 +1,4 @@
-// Per-element comparison for tests (STYLE.md rule 6): |got - ref| <= atol + rtol * |ref| for every
+// Per-element comparison for tests: |got - ref| <= atol + rtol * |ref| for every
 // element, NaN fails, and a failure reports the first mismatches as (index, reference, got).
 #pragma once
 

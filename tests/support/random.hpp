@@ -1,4 +1,4 @@
-// Seeded random inputs for tests: normal vectors and token ids. Never zeros (METHOD.md).
+// Seeded random inputs for tests: normal vectors and token ids. Never zeros: they hide unwritten outputs.
 #pragma once
 
 #include <cstdint>

@@ -1,5 +1,5 @@
 // Request layouts: an ordered list of segments (a stored document or the request's tail, each with
-// a length and a logical start), and helpers for the layouts DESIGN.md section 2 names.
+// a length and a logical start), and helpers for the layouts of docs/04-layouts.md.
 #pragma once
 
 #include <algorithm>

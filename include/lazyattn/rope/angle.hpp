@@ -5,7 +5,7 @@
 // the wrapping product `uint64(p) * t`: integer arithmetic, exact modulo 2^64, for every int64 p,
 // negative ones (inverse rotations) included. The only error is t's rounding, 2^-65 turns, so at
 // p < 2^24 the angle is within 2^24 * 2^-65 * 2pi < 3e-12 rad of p * w. Float32 `p * w` would be
-// off by up to 0.5 rad there (DESIGN.md section 1).
+// off by up to 0.5 rad there (docs/02-math.md).
 #pragma once
 
 #include <cmath>

@@ -17,7 +17,7 @@ enum class PairLayout : std::uint8_t { kHalf, kInterleaved };
 // `rope_scaling.rope_type` (or `rope_parameters.rope_type`) in a transformers config.
 enum class RopeType : std::uint8_t { kDefault, kLinear, kDynamic, kYarn, kLlama3, kLongrope };
 
-// How a document's keys are held in the store (DESIGN.md section 1).
+// How a document's keys are held in the store (docs/02-math.md).
 //   kRaw   K before RoPE; the kernel rotates each key at its logical position.
 //   kLocal K rotated at document-local positions 0..len-1; the kernel rotates the query once per
 //          segment by (m - s), s being the segment's logical start.
