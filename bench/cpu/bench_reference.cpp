@@ -4,12 +4,13 @@
 // decode inputs rotate over >= 1 GiB of K/V so that every call reads from DRAM, as a decode step
 // of a many-layer model does.
 //
-//   Bandwidth/*        stream_read: sum of a 1 GiB float buffer (the read-bandwidth floor);
-//                      memcpy: 512 MiB copied (bytes counted once, i.e. read bytes)
-//   Ref/*              scalar vs eigen (attend, deferred) on the same store and plan, warm
-//   RopeCost/*         paired: per iteration one call each of eigen local, eigen raw, peer with
-//                      64-key blocks, peer with 16-key blocks (order rotated); medians per variant
-//   DecodeBytes/*      ref::eigen::decode (local form) K+V bytes/s, float and bf16 stores
+//   Bandwidth/*    stream_read: sum of a 1 GiB float buffer (the read-bandwidth floor); memcpy:
+//                  512 MiB copied (bytes counted once). Run first and last, to see drift.
+//   Ref/*          scalar vs eigen (decode / prefill, deferred) on the same store and plan, warm
+//   RopeCost/*     paired: per iteration one call each of eigen local, eigen raw, peer with 64-key
+//                  blocks, peer with 16-key blocks (order rotated); medians per variant
+//   DecodeBytes/*  ref::eigen::decode (local form) K+V bytes/s, float and bf16 stores, each call
+//                  followed by a stream_sum of as many bytes (floor_ms, over_floor)
 #include <benchmark/benchmark.h>
 
 #include <Eigen/Core>
@@ -71,19 +72,22 @@ float* stream_buffer(int which) {
   return buffers[static_cast<std::size_t>(which)].get();
 }
 
+// Sum of n floats with 16 independent sums (4 SSE registers): enough adds in flight that memory,
+// not the adder, is the limit.
+float stream_sum(const float* x, std::size_t n) {
+  float acc[16] = {};
+  for (std::size_t i = 0; i + 16 <= n; i += 16) {
+    for (int j = 0; j < 16; ++j) acc[j] += x[i + static_cast<std::size_t>(j)];
+  }
+  float total = 0;
+  for (float a : acc) total += a;
+  return total;
+}
+
 void BM_StreamRead(benchmark::State& state) {
   const float* x = stream_buffer(0);
   const std::size_t n = static_cast<std::size_t>(kStreamBytes / sizeof(float));
-  for (auto _ : state) {
-    // 16 independent sums (4 SSE registers): enough adds in flight to be limited by memory.
-    float acc[16] = {};
-    for (std::size_t i = 0; i < n; i += 16) {
-      for (int j = 0; j < 16; ++j) acc[j] += x[i + static_cast<std::size_t>(j)];
-    }
-    float total = 0;
-    for (float a : acc) total += a;
-    benchmark::DoNotOptimize(total);
-  }
+  for (auto _ : state) benchmark::DoNotOptimize(stream_sum(x, n));
   state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations()) * kStreamBytes);
 }
 
@@ -105,7 +109,7 @@ void BM_Memcpy(benchmark::State& state) {
 
 enum class Impl { kScalar, kEigen };
 
-void BM_Ref(benchmark::State& state, Shape shape, Impl impl, StorageForm form) {
+void BM_Ref(benchmark::State& state, const Shape& shape, Impl impl, StorageForm form) {
   Problem& p = problem(shape, DType::kFloat32, 1, false);
   const Plan& plan = form == StorageForm::kLocal ? p.plan_local : p.plan_raw;
   for (auto _ : state) {
@@ -139,7 +143,7 @@ double median(std::vector<double> v) {
   return n == 0 ? 0.0 : (n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]));
 }
 
-void BM_RopeCost(benchmark::State& state, Shape shape, bool cold) {
+void BM_RopeCost(benchmark::State& state, const Shape& shape, bool cold) {
   const int layers = cold ? layers_for(shape, DType::kFloat32, kRotateBytes) : 1;
   Problem& p = problem(shape, DType::kFloat32, layers, true);
   if (!(p.peer_diff_local < 1e-4 && p.peer_diff_raw < 1e-4)) {
@@ -202,17 +206,35 @@ void BM_RopeCost(benchmark::State& state, Shape shape, bool cold) {
 
 // ---- 3: decode bytes/s --------------------------------------------------------------------------
 
-void BM_DecodeBytes(benchmark::State& state, Shape shape, DType dtype, int layers) {
+// Each iteration times one decode (the benchmark's time) and then one stream_sum over as many
+// bytes as the decode read, from the next slice of a 1 GiB buffer: the floor for those bytes,
+// measured next to the decode so that both see the same machine state.
+void BM_DecodeBytes(benchmark::State& state, const Shape& shape, DType dtype, int layers) {
   Problem& p = problem(shape, dtype, layers, false);
+  const Work wk = work_of(shape, dtype);
+  const float* buffer = stream_buffer(0);
+  const auto floats = static_cast<std::size_t>(wk.kv_bytes) / sizeof(float);
+  const auto slices = static_cast<std::size_t>(kStreamBytes) / sizeof(float) / floats;
+  std::vector<double> decode_s, stream_s;
   int layer = 0;
+  std::size_t slice = 0;
   for (auto _ : state) {
+    auto t0 = std::chrono::steady_clock::now();
     ref_decode(p, p.plan_local, layer++ % layers);
-    benchmark::DoNotOptimize(p.out.data());
     benchmark::ClobberMemory();
+    auto t1 = std::chrono::steady_clock::now();
+    benchmark::DoNotOptimize(stream_sum(buffer + slice * floats, floats));
+    auto t2 = std::chrono::steady_clock::now();
+    slice = (slice + 1) % std::max<std::size_t>(slices, 1);
+    decode_s.push_back(std::chrono::duration<double>(t1 - t0).count());
+    stream_s.push_back(std::chrono::duration<double>(t2 - t1).count());
+    state.SetIterationTime(decode_s.back());
   }
-  set_rates(state, work_of(shape, dtype));
-  state.counters["rotated_MiB"] =
-      static_cast<double>(work_of(shape, dtype).kv_bytes * layers) / (1 << 20);
+  set_rates(state, wk);
+  state.counters["floor_ms"] = median(stream_s) * 1e3;
+  state.counters["over_floor"] = median(decode_s) / median(stream_s);
+  state.counters["stream_GBps"] = static_cast<double>(wk.kv_bytes) / median(stream_s) * 1e-9;
+  state.counters["rotated_MiB"] = static_cast<double>(wk.kv_bytes * layers) / (1 << 20);
 }
 
 // ---- registration -------------------------------------------------------------------------------
@@ -265,8 +287,8 @@ void register_all() {
       benchmark::RegisterBenchmark(
           ("DecodeBytes/" + s.name + "/" + std::string(to_string(t))).c_str(), BM_DecodeBytes, s, t,
           layers_for(s, t, kRotateBytes))
+          ->UseManualTime()
           ->Unit(benchmark::kMillisecond)
-          ->UseRealTime()
           ->Repetitions(kRepetitions)
           ->ReportAggregatesOnly(true);
     }
