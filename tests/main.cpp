@@ -2,13 +2,17 @@
 //   --store-ops N   operations in the randomized store model test (default 100000)
 //   --cuda-cases N  scenarios in the CUDA sweeps (default 48)
 #define CATCH_CONFIG_RUNNER
-#include <catch2/catch.hpp>
+#include "support/catch.hpp"
 
 #include "support/options.hpp"
 
 int main(int argc, char* argv[]) {
   Catch::Session session;
+#if LAZYATTN_CATCH_V3
+  using namespace Catch::Clara;
+#else
   using namespace Catch::clara;
+#endif
   auto cli = session.cli() | Opt(lazyattn::test::options().store_ops, "count")["--store-ops"](
                                  "operations in the randomized store model test") |
              Opt(lazyattn::test::options().cuda_cases, "count")["--cuda-cases"](

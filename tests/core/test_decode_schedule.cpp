@@ -1,7 +1,7 @@
 // Tests for the decode split schedule (cuda/lazyattn/cuda/schedule.hpp, a host-safe header): tiles
 // never cross segments, splits cover every tile exactly once, partial slots are dense, and the
 // heuristic fills the GPU at batch 1 without splitting large batches.
-#include <catch2/catch.hpp>
+#include "support/catch.hpp"
 
 #include <numeric>
 #include <vector>

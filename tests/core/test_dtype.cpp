@@ -1,5 +1,5 @@
 // Tests for dtype.hpp: round-to-nearest-even conversions of fp16 and bf16, specials included.
-#include <catch2/catch.hpp>
+#include "support/catch.hpp"
 
 #include <cmath>
 #include <limits>

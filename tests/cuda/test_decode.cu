@@ -1,7 +1,7 @@
 // [cuda] tests of the decode kernel against the float64 scalar reference: a sweep over layouts,
 // head dims, GQA ratios, page sizes, forms, schedules, positions and forced split counts, with the
 // error rule of docs/06-cuda.md; graph capture; bad input.
-#include <catch2/catch.hpp>
+#include "support/catch.hpp"
 
 #include <algorithm>
 #include <cmath>

@@ -1,7 +1,7 @@
 // [cuda] tests of the prefill kernel against the float64 scalar reference: tail prefill over random
 // layouts and query counts (1, 17, 128, 129, 512, 2049), chunked prefill against one-shot, and
 // document encoding (pages written on the device, then causal attention from position 0).
-#include <catch2/catch.hpp>
+#include "support/catch.hpp"
 
 #include <numeric>
 #include <random>

@@ -1,6 +1,6 @@
 // DocKey::from_tokens against a second, independent FNV-1a-128 (two 64-bit halves, no __int128),
 // published FNV vectors and pinned values, so the content hash cannot change silently.
-#include <catch2/catch.hpp>
+#include "support/catch.hpp"
 #include <cstdint>
 #include <random>
 #include <set>

@@ -1,6 +1,6 @@
 // Layout helpers and make_plan: starts and lengths of the layouts of docs/04-layouts.md, CSR page
 // tables and per-segment metadata for hand-built batches, and every plan error naming its value.
-#include <catch2/catch.hpp>
+#include "support/catch.hpp"
 #include <cstdint>
 #include <limits>
 #include <span>

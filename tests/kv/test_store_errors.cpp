@@ -1,6 +1,6 @@
 // KvStore's input checks: each bad call throws lazyattn::Error naming the bad value, and leaves the
 // store's statistics, bookkeeping and every byte of its pools exactly as they were.
-#include <catch2/catch.hpp>
+#include "support/catch.hpp"
 #include <cstdint>
 #include <limits>
 #include <optional>

@@ -4,7 +4,7 @@
 #include <fmt/ostream.h>
 
 #include <algorithm>
-#include <catch2/catch.hpp>
+#include "support/catch.hpp"
 #include <cstdint>
 #include <map>
 #include <optional>

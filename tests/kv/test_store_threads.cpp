@@ -3,7 +3,7 @@
 #include <fmt/format.h>
 
 #include <atomic>
-#include <catch2/catch.hpp>
+#include "support/catch.hpp"
 #include <cstdint>
 #include <mutex>
 #include <random>

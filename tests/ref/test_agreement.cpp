@@ -1,6 +1,6 @@
 // Scalar vs Eigen on the same inputs: the two references share no index math and no angle code
 // (long double cosl/sinl vs the library's Q0.64 turns), so agreement checks both at once.
-#include <catch2/catch.hpp>
+#include "support/catch.hpp"
 #include <cmath>
 #include <cstdint>
 

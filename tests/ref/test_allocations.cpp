@@ -1,7 +1,7 @@
 // The Eigen reference allocates its buffers once per call, never per page, key block or segment:
 // the number of heap allocations of a call must not grow with the context or the query count.
 // Counted by wrapping malloc, so not under the sanitizers (they own malloc).
-#include <catch2/catch.hpp>
+#include "support/catch.hpp"
 
 #include "ref/scenario.hpp"
 

@@ -1,6 +1,6 @@
 // Standalone document encoding: encode_document vs dense_attention with a causal mask, its k in
 // storage form, and the round trip "encode standalone, store local, attend deferred" == raw.
-#include <catch2/catch.hpp>
+#include "support/catch.hpp"
 #include <cstdint>
 #include <vector>
 

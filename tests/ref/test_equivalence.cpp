@@ -1,7 +1,7 @@
 // The core claim, on both references: deferred attention == eager re-encoding == full attention at
 // the same positions, for random layouts, schedules, storage forms, pair layouts, GQA ratios, head
 // dims, page sizes, query counts, element types and positions up to 2^40.
-#include <catch2/catch.hpp>
+#include "support/catch.hpp"
 #include <cmath>
 #include <cstdint>
 #include <vector>

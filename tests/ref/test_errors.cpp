@@ -1,6 +1,6 @@
 // Bad inputs to the references: each throws lazyattn::Error naming the bad value and what was
 // expected, before anything is read or written.
-#include <catch2/catch.hpp>
+#include "support/catch.hpp"
 #include <cstdint>
 #include <limits>
 #include <vector>
@@ -10,7 +10,7 @@
 using namespace lazyattn;
 using namespace lazyattn::test;
 using namespace lazyattn::test::ref;
-using Catch::Matchers::Contains;
+using Catch::Contains;
 
 // Both the type and the message: a std::runtime_error with the right words would not do.
 #define CHECK_ERROR(expr, text)               \

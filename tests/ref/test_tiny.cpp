@@ -1,7 +1,7 @@
 // Hand-computed cases, head_dim 2 or 4 and a key or three, with the softmax written out: positions
 // and gaps, local form, pair layouts, partial rotary with the attention factor, soft cap, the GQA
 // head mapping, positions at 2^40, and rows that see no key.
-#include <catch2/catch.hpp>
+#include "support/catch.hpp"
 #include <cmath>
 #include <cstdint>
 #include <limits>

@@ -2,7 +2,7 @@
 // schedule at the positions where float32 angles break down.
 #include <fmt/format.h>
 
-#include <catch2/catch.hpp>
+#include "support/catch.hpp"
 #include <cmath>
 #include <cstdint>
 #include <limits>

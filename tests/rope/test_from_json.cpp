@@ -1,6 +1,6 @@
 // Tests for rope/from_json.hpp: real model config.json files, both transformers spellings, the
 // model-specific field names, and errors that name the field or value at fault.
-#include <catch2/catch.hpp>
+#include "support/catch.hpp"
 #include <cmath>
 #include <cstdint>
 #include <filesystem>

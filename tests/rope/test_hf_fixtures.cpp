@@ -12,7 +12,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <catch2/catch.hpp>
+#include "support/catch.hpp"
 #include <cmath>
 #include <cstdint>
 #include <filesystem>

@@ -1,6 +1,6 @@
 // Tests for detail/json.hpp: what a strict parser accepts, how it decodes strings and numbers, and
 // that every malformed input fails with the byte offset and what was expected.
-#include <catch2/catch.hpp>
+#include "support/catch.hpp"
 #include <cstdint>
 #include <string>
 #include <string_view>

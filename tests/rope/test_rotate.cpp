@@ -2,7 +2,7 @@
 // library rests on, partial rotary, the two pair layouts, and int64 overflow at the edges.
 #include <fmt/format.h>
 
-#include <catch2/catch.hpp>
+#include "support/catch.hpp"
 #include <cmath>
 #include <cstdint>
 #include <limits>

@@ -1,7 +1,7 @@
 // Tests for frequencies.hpp and policy.hpp: schedule values small enough to work out by hand, the
 // transformers rules each schedule follows, the policy's storage-form check, and bad configs.
 #include <algorithm>
-#include <catch2/catch.hpp>
+#include "support/catch.hpp"
 #include <cmath>
 #include <cstdint>
 #include <limits>
