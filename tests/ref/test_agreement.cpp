@@ -91,3 +91,37 @@ TEST_CASE("scalar and eigen agree: GQA 1/4/8 x head dims 64/128/256", "[ref][agr
     }
   }
 }
+
+// ref::eigen's deferred path gathers up to 64 keys of a segment into one tile (several pages, or
+// part of one when pages are larger) and turns raw keys by angles combined from a per-tile base and
+// a table of offsets: segments longer than a tile, pages smaller and larger than it, a tail whose
+// causal mask spans two tiles, and positions up to 2^40.
+TEST_CASE("scalar and eigen agree: key tiles across pages, long segments, far positions",
+          "[ref][agree]") {
+  int n = 0;
+  const int stride = sweep(1, 3);
+  for (int page_size : {1, 32, 128}) {
+    for (StorageForm form : {StorageForm::kRaw, StorageForm::kLocal}) {
+      for (PairLayout pairs : {PairLayout::kHalf, PairLayout::kInterleaved}) {
+        if (n++ % stride != 0) continue;
+        ScenarioSpec s;
+        s.page_size = page_size;
+        s.doc_form = form;
+        s.tail_form = form;
+        s.pair_layout = pairs;
+        s.schedule = RopeType::kLlama3;
+        s.layout = LayoutKind::kGapped;
+        s.head_dim = 128;
+        s.partial_rotary = pairs == PairLayout::kHalf ? 1.0 : 0.5;
+        s.num_qo_heads = 8;
+        s.num_kv_heads = 2;
+        s.doc_lengths = {65, 130, 200, 1};
+        s.docs_per_request = 3;
+        s.num_queries = {1, 70};
+        s.base_position = n % 2 ? (std::int64_t{1} << 40) + 12345 : 0;
+        s.seed = static_cast<std::uint64_t>(n);
+        check_agreement(s);
+      }
+    }
+  }
+}

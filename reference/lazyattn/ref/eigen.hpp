@@ -1,6 +1,7 @@
-// lazyattn::ref::eigen: the fast CPU reference. Float, page-tiled, GQA-grouped (the query heads
-// of a group form one matrix against each K page), with the library's exact angles (rope::cos_sin).
-// Deferred rotates the query once per segment for local form and each key for raw form.
+// lazyattn::ref::eigen: the fast CPU reference. Float, tiled (up to 64 keys of a segment, gathered
+// from its pages), GQA-grouped (the query heads of a group form one matrix against each K tile),
+// with the library's exact angles (rope::cos_sin). Deferred rotates the query once per segment for
+// local form and each key (once for all heads of its group) for raw form.
 //
 // Needs Eigen 3.3+; without it this header defines nothing and LAZYATTN_REF_HAS_EIGEN is 0, so the
 // umbrella <lazyattn/ref.hpp> still offers the scalar reference.
@@ -16,6 +17,7 @@
 #include <cstdint>
 #include <limits>
 #include <span>
+#include <type_traits>
 #include <vector>
 
 #include "lazyattn/attention/params.hpp"
@@ -37,8 +39,9 @@ using Matrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMa
 using Vector = Eigen::VectorXf;
 using Index = Eigen::Index;
 inline constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-// Keys per block when the keys are contiguous (eager, dense, encode): big enough for a real GEMM,
-// small enough that the logits block of a long document stays in cache.
+// Keys per block: big enough for a real GEMM, small enough that the logits block of a long document
+// stays in cache. Deferred attention gathers this many keys of a segment (several pages, or part of
+// one) into a tile; one GEMM pair and one online-softmax update per 16-key page cost up to 1.16x.
 inline constexpr Index kKeyBlock = 64;
 inline constexpr Index kRowBlock = 64;
 
@@ -75,6 +78,122 @@ class Rotations {
   std::vector<double> cos_;
   std::vector<double> sin_;
 };
+
+// cos/sin of R(base + t) for the keys t in [0, kKeyBlock) of a tile, with no trig per key: the
+// exact angles of t * w (a table built once per frequency set) are combined with the exact angle of
+// `base` (once per tile) by angle addition, cos(b + t) = cb ct - sb st, sin(b + t) = sb ct + cb st.
+// Both angles come from Q0.64 turns, whose wrapping sum is the angle of base + t modulo one turn,
+// so the identity is exact at every position; the only error is rounding. Inputs and sums are in
+// float, like the rotation and the GEMMs after it: within 1.5e-7 of rope::cos_sin(base + t) for
+// bases up to 2^62 (measured; 3e-8 in double, at twice the cost), against ~1e-6 for an angle error
+// to show in the tests' 1e-5 tolerance.
+class KeyRotations {
+ public:
+  using Array = Eigen::Array<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+
+  void reserve(int pairs) {
+    offset_cos_.resize(kKeyBlock, pairs);
+    offset_sin_.resize(kKeyBlock, pairs);
+    base_cos_.resize(1, pairs);
+    base_sin_.resize(1, pairs);
+    cos_.resize(kKeyBlock, pairs);
+    sin_.resize(kKeyBlock, pairs);
+  }
+  // The table of t * w, t in [0, kKeyBlock), for f's frequencies.
+  void set_frequencies(const RopeFrequencies& f) {
+    for (Index t = 0; t < kKeyBlock; ++t) {
+      for (int k = 0; k < f.num_pairs(); ++k) {
+        rope::CosSin cs = rope::cos_sin(t, f.turns[static_cast<std::size_t>(k)]);
+        offset_cos_(t, k) = static_cast<float>(cs.cos);
+        offset_sin_(t, k) = static_cast<float>(cs.sin);
+      }
+    }
+  }
+  // Angles of the n keys at base, base + 1, ..., base + n - 1.
+  void set_base(const RopeFrequencies& f, std::int64_t base, Index n) {
+    const int pairs = f.num_pairs();
+    for (int k = 0; k < pairs; ++k) {
+      rope::CosSin cs = rope::cos_sin(base, f.turns[static_cast<std::size_t>(k)]);
+      base_cos_(0, k) = static_cast<float>(cs.cos);
+      base_sin_(0, k) = static_cast<float>(cs.sin);
+    }
+    const float* __restrict cb = base_cos_.data();
+    const float* __restrict sb = base_sin_.data();
+    for (Index t = 0; t < n; ++t) {
+      const float* __restrict ct = &offset_cos_(t, 0);
+      const float* __restrict st = &offset_sin_(t, 0);
+      float* __restrict c = &cos_(t, 0);
+      float* __restrict s = &sin_(t, 0);
+      for (int k = 0; k < pairs; ++k) {
+        c[k] = cb[k] * ct[k] - sb[k] * st[k];
+        s[k] = sb[k] * ct[k] + cb[k] * st[k];
+      }
+    }
+  }
+  // Rows t in [0, n) of one head's tile (x: [n, head_dim] floats) <- R(base + t) of themselves, in
+  // float: four pairs at a time for the half layout, whose pairs are two contiguous runs; dims past
+  // rotary_dim untouched.
+  void rotate(const RopeFrequencies& f, Index n, float* x) const {
+    using Packet = Eigen::Array4f;
+    const int pairs = f.num_pairs();
+    const int D = f.head_dim;
+    const int vectorized = f.pair_layout == PairLayout::kHalf ? pairs / 4 * 4 : 0;
+    for (Index t = 0; t < n; ++t, x += D) {
+      const float* c = &cos_(t, 0);
+      const float* s = &sin_(t, 0);
+      for (int i = 0; i < vectorized; i += 4) {
+        const Packet cv = Eigen::Map<const Packet>(c + i), sv = Eigen::Map<const Packet>(s + i);
+        Eigen::Map<Packet> x1(x + i), x2(x + pairs + i);
+        const Packet a = x1, b = x2;
+        x1 = a * cv - b * sv;
+        x2 = a * sv + b * cv;
+      }
+      for (int i = vectorized; i < pairs; ++i) {
+        rope::PairDims p = rope::pair_dims(f.pair_layout, f.rotary_dim, i);
+        const float a = x[p.first], b = x[p.second];
+        x[p.first] = a * c[i] - b * s[i];
+        x[p.second] = a * s[i] + b * c[i];
+      }
+    }
+  }
+
+ private:
+  Array offset_cos_, offset_sin_;  // [kKeyBlock, pairs] angle t * w
+  Array base_cos_, base_sin_;      // [1, pairs] angle base * w
+  Array cos_, sin_;                // [kKeyBlock, pairs] angle (base + t) * w
+};
+
+// Rows [0, n) of the tiles <- keys [i0, i0 + n) of one segment's KV head g, converted to float and
+// gathered page by page: a page's head is [page_size, head_dim] contiguous, so each page (or the
+// part of it inside the tile) is one run of rows. With maybe_rot (raw form), the keys are then
+// turned to base + row, in the tile.
+template <class T>
+void gather_tile(const T* k_pool, const T* v_pool, const PoolGeometry& geo, int layer,
+                 const std::int32_t* pages, int page_size, int g, std::int64_t i0, Index n,
+                 const RopeFrequencies& f, const KeyRotations* maybe_rot, Matrix& k_tile,
+                 Matrix& v_tile) {
+  const Index D = k_tile.cols();
+  for (Index t = 0; t < n;) {
+    const std::int64_t i = i0 + t;
+    const auto slot = static_cast<int>(i % page_size);
+    const Index run = std::min<Index>(page_size - slot, n - t);
+    const std::int64_t at = geo.offset(layer, pages[i / page_size], g, slot);
+    const std::int64_t count = run * D;
+    float* kd = k_tile.row(t).data();
+    float* vd = v_tile.row(t).data();
+    if constexpr (std::is_same_v<T, float>) {
+      std::copy_n(k_pool + at, count, kd);
+      std::copy_n(v_pool + at, count, vd);
+    } else {
+      for (std::int64_t e = 0; e < count; ++e) {
+        kd[e] = to_float(k_pool[at + e]);
+        vd[e] = to_float(v_pool[at + e]);
+      }
+    }
+    t += run;
+  }
+  if (maybe_rot) maybe_rot->rotate(f, n, k_tile.data());
+}
 
 // The frequencies of one request: shared base ones, or per-request ones for length-dependent
 // schedules (computed into `scratch`).
@@ -206,11 +325,12 @@ struct Workspace {
   Index capacity = 0;                  // rows per KV head: max over requests of num_queries * group
   Matrix q_scaled, q_at_m, q_rot, o;   // [num_kv_heads * capacity, head_dim]
   Vector m, l;                         // [num_kv_heads * capacity]
-  Matrix k_tile, v_tile;               // [page_size, head_dim] (deferred)
+  Matrix k_tile, v_tile;               // [kKeyBlock, head_dim] (deferred)
   Matrix k_all, v_all;                 // [num_kv_heads * max_kv, head_dim] (eager)
   std::vector<std::int64_t> key_tail;  // [max_kv] index within the tail, -1 for documents
-  Matrix s;                            // [kRowBlock, max(page_size, kKeyBlock)] logits
+  Matrix s;                            // [kRowBlock, kKeyBlock] logits
   Rotations rot;
+  KeyRotations key_rot;  // raw-form keys of one tile (deferred)
 };
 
 template <class T>
@@ -239,13 +359,13 @@ void attend_typed(const KvStore& store, const Plan& plan, int layer, const RopeP
   w.o.resize(rows_all, D);
   w.m.resize(rows_all);
   w.l.resize(rows_all);
-  w.s.resize(kRowBlock, std::max<Index>(P, kKeyBlock));
+  w.s.resize(kRowBlock, kKeyBlock);
   // At least two rows: eager uses row 0 for a segment start and row 1 for a key position.
-  w.rot.reserve(std::max<std::int64_t>({static_cast<std::int64_t>(P), max_queries, 2}),
-                rope.rotary_dim() / 2);
+  w.rot.reserve(std::max<std::int64_t>(max_queries, 2), rope.rotary_dim() / 2);
   if (method == Method::kDeferred) {
-    w.k_tile.resize(P, D);
-    w.v_tile.resize(P, D);
+    w.k_tile.resize(kKeyBlock, D);
+    w.v_tile.resize(kKeyBlock, D);
+    w.key_rot.reserve(rope.rotary_dim() / 2);
   } else {
     w.k_all.resize(Hkv * max_kv, D);
     w.v_all.resize(Hkv * max_kv, D);
@@ -253,8 +373,10 @@ void attend_typed(const KvStore& store, const Plan& plan, int layer, const RopeP
   }
 
   RopeFrequencies scratch;
+  bool have_key_table = false;  // w.key_rot holds the offsets of the current frequencies
   for (int b = 0; b < plan.num_requests(); ++b) {
     const RopeFrequencies& f = frequencies_for(rope, plan.request_rope_length[b], scratch);
+    if (rope.depends_on_length()) have_key_table = false;
     const std::int64_t q_begin = plan.request_query_indptr[b];
     const std::int64_t nq = plan.request_query_indptr[b + 1] - q_begin;
     const Index rows = nq * group;
@@ -286,6 +408,10 @@ void attend_typed(const KvStore& store, const Plan& plan, int layer, const RopeP
             rotate_queries(w.q_scaled, nq, params, f, w.capacity, at_m, w.rot, w.q_at_m);
             have_q_at_m = true;
           }
+          if (!have_key_table) {
+            w.key_rot.set_frequencies(f);
+            have_key_table = true;
+          }
         } else {
           // Query-side: keys hold R(i) k, so R(m - s) q against them gives <R(m) q, R(s + i) k>.
           rotate_queries(
@@ -298,23 +424,13 @@ void attend_typed(const KvStore& store, const Plan& plan, int layer, const RopeP
         }
         const std::int32_t* pages =
             &plan.page_ids[static_cast<std::size_t>(plan.segment_page_indptr[s])];
-        for (std::int64_t i0 = 0; i0 < len; i0 += P) {
-          const Index n = std::min<std::int64_t>(P, len - i0);
-          const std::int64_t page = pages[i0 / P];
-          if (raw) {
-            for (Index t = 0; t < n; ++t) w.rot.set(t, f, start + i0 + t);
-          }
+        for (std::int64_t i0 = 0; i0 < len; i0 += kKeyBlock) {
+          const Index n = std::min<std::int64_t>(kKeyBlock, len - i0);
+          if (raw) w.key_rot.set_base(f, start + i0, n);
           for (int g = 0; g < Hkv; ++g) {
-            // One head's page is [page_size, head_dim], contiguous.
-            const std::int64_t at = geo.offset(layer, page, g, 0);
-            for (Index t = 0; t < n; ++t) {
-              for (int d = 0; d < D; ++d) {
-                w.k_tile(t, d) = to_float(k_pool[at + t * D + d]);
-                w.v_tile(t, d) = to_float(v_pool[at + t * D + d]);
-              }
-              if (raw) w.rot.apply(t, f, w.k_tile.row(t).data());
-            }
-            // The group's query rows against this page, kRowBlock rows at a time (see
+            gather_tile(k_pool, v_pool, geo, layer, pages, P, g, i0, n, f,
+                        raw ? &w.key_rot : nullptr, w.k_tile, w.v_tile);
+            // The group's query rows against this tile, kRowBlock rows at a time (see
             // attend_contiguous).
             for (Index r0 = 0; r0 < rows; r0 += kRowBlock) {
               const Index nr = std::min(kRowBlock, rows - r0);
