@@ -131,17 +131,18 @@ class KeyRotations {
     }
   }
   // Rows t in [0, n) of one head's tile (x: [n, head_dim] floats) <- R(base + t) of themselves, in
-  // float: four pairs at a time for the half layout, whose pairs are two contiguous runs; dims past
-  // rotary_dim untouched.
+  // float, one SIMD register of pairs at a time for the half layout, whose pairs are two contiguous
+  // runs; dims past rotary_dim untouched.
   void rotate(const RopeFrequencies& f, Index n, float* x) const {
-    using Packet = Eigen::Array4f;
+    constexpr int kWidth = Eigen::internal::packet_traits<float>::size;  // 4 with SSE, 16 AVX-512
+    using Packet = Eigen::Array<float, kWidth, 1>;
     const int pairs = f.num_pairs();
     const int D = f.head_dim;
-    const int vectorized = f.pair_layout == PairLayout::kHalf ? pairs / 4 * 4 : 0;
+    const int vectorized = f.pair_layout == PairLayout::kHalf ? pairs / kWidth * kWidth : 0;
     for (Index t = 0; t < n; ++t, x += D) {
       const float* c = &cos_(t, 0);
       const float* s = &sin_(t, 0);
-      for (int i = 0; i < vectorized; i += 4) {
+      for (int i = 0; i < vectorized; i += kWidth) {
         const Packet cv = Eigen::Map<const Packet>(c + i), sv = Eigen::Map<const Packet>(s + i);
         Eigen::Map<Packet> x1(x + i), x2(x + pairs + i);
         const Packet a = x1, b = x2;
