@@ -64,10 +64,10 @@ struct TileStream {
     }
   }
 
-  // Rows past the tile's keys are zero-filled, never read (stale pages may hold NaN patterns).
-  __device__ void issue(const TileInfo& ti, const int (&pg)[kRowsPerThread], int stage) const {
-    T* ks = k_stage(stage);
-    T* vs = v_stage(stage);
+  // Copies one tile of `src` (this head's K or V base) into `dst`. Rows past the tile's keys are
+  // zero-filled, never read (stale pages may hold NaN patterns).
+  __device__ void issue_one(const T* src, const TileInfo& ti, const int (&pg)[kRowsPerThread],
+                            T* dst) const {
     const int mask = (1 << page_log2) - 1;
 #pragma unroll
     for (int i = 0; i < kRowsPerThread; ++i) {
@@ -76,10 +76,13 @@ struct TileStream {
       int slot = (ti.key0 + min(r, max(ti.rows - 1, 0))) & mask;
       std::int64_t off = static_cast<std::int64_t>(pg[i]) * page_stride +
                          static_cast<std::int64_t>(slot) * D + chunk * 8;
-      int dst = swizzle<D>(r, chunk);
-      ptx::cp_async_16(ptx::smem_addr(ks + dst), k + off, valid);
-      ptx::cp_async_16(ptx::smem_addr(vs + dst), v + off, valid);
+      ptx::cp_async_16(ptx::smem_addr(dst + swizzle<D>(r, chunk)), src + off, valid);
     }
+  }
+
+  __device__ void issue(const TileInfo& ti, const int (&pg)[kRowsPerThread], int stage) const {
+    issue_one(k, ti, pg, k_stage(stage));
+    issue_one(v, ti, pg, v_stage(stage));
   }
 
   // Pulls the records of tiles [begin, end) into L2: later fetches hit L2 instead of queueing

@@ -4,24 +4,29 @@
 // queries are the last rows of the tail) and document encoding (a plan whose only segment is the
 // document's own tail, causal from position 0).
 //
-// One CTA takes 64 query rows of one request and one KV head; rows are (query, head-of-group)
-// pairs, so each K/V tile serves the whole GQA group. Four warps own 16 rows each and walk every
-// 64-key tile of the request through a two-stage cp.async ring (TileStream: page-table gather,
-// records fetched a tile ahead), with online softmax in registers.
+// One CTA takes 128 query rows of one request and one KV head; rows are (query, head-of-group)
+// pairs, so each K/V tile serves the whole GQA group. At head dims 64 and 128 four warps own 32
+// rows each (two m16 tiles, so every K and V fragment read from shared memory feeds two MMAs);
+// at 256 eight warps own 16 rows each. The CTA walks every 64-key tile of the request with one K
+// and one V buffer, as FlashAttention-2 does: V of tile t streams in (cp.async, page-table
+// gather) under Q K^T and the softmax of tile t, K of tile t + 1 under P V of tile t; two CTAs
+// share an SM at head dim <= 128 (106.5 KiB of shared memory each at 128).
 //
 // Deferred rotation:
-//   local form  the query fragments are re-rotated in registers when the segment changes, by
-//               (m_i - s_j) per row: cos/sin of (m_first - s_j) per pair, combined with per-CTA
-//               tables of the row offsets (m_i - m_first = 16a + b: a table for a and one for b);
-//               rounded to 16 bits once;
+//   local form  the query is re-rotated when the segment changes, by (m_i - s_j) per row: each
+//               warp loads its rows' raw fragments (ldmatrix), rotates them in fp32 with cos/sin
+//               of (m_first - s_j) per pair combined with the offset table's (m_i - m_first), and
+//               stores them (stmatrix) as the rotated, scaled query that Q K^T reads: rounded to
+//               16 bits once;
 //   raw form    the query is rotated by m_i once, and each K tile is rotated in fp32 at its keys'
-//               logical positions, in shared memory, once for all four warps (per-16-key base
-//               angles computed a tile ahead, offsets 0..15 from a table).
+//               logical positions, in shared memory, once for all warps (per-16-key base angles
+//               computed a tile ahead, offsets 0..15 from the table).
 // kRope = false is the RoPE-off baseline (pre-rotated queries and keys).
 #pragma once
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 
@@ -53,122 +58,129 @@ struct PrefillParams {
   std::int32_t num_qo_heads = 0;
   std::int32_t group_size = 0;
   std::int32_t page_size_log2 = 0;
-  // Shared-memory layout, bytes from the start (depends on the group size).
-  std::int32_t smem_q = 0;
-  std::int32_t smem_cs_base = 0;
-  std::int32_t smem_cs_rows = 0;  // [4 coarse + 16 fine][pair]
-  std::int32_t smem_cs_kbase = 0;
-  std::int32_t smem_cs_koff = 0;
 };
 
 namespace detail {
 
-inline constexpr int kPrefillWarps = 4;
-inline constexpr int kPrefillThreads = 32 * kPrefillWarps;
-inline constexpr int kPrefillRows = 16 * kPrefillWarps;  // query rows per CTA
-inline constexpr int kPrefillStages = 2;
+inline constexpr int kPrefillRows = kPrefillRowsPerQtile;
 
+// m16 row tiles per warp, and warps per CTA, for a head dim.
 template <int D>
 struct PrefillShape {
+  static constexpr int kMTiles = D <= 128 ? 2 : 1;
+  static constexpr int kWarps = kPrefillRows / (16 * kMTiles);
+  static constexpr int kThreads = 32 * kWarps;
+  static constexpr int kMinBlocks = D <= 128 ? 2 : 1;
   static constexpr int kKSteps = D / 16;
-  static constexpr int kStageBytes = 2 * kTileKeys * D * 2;
-  static constexpr int kPipeBytes = kPrefillStages * kStageBytes;
+  // Shared memory, bytes from the start: K tile, V tile, raw queries, rotated queries, cos/sin of
+  // the segment rotation [pair], of the raw keys' 16-key bases [4][pair] and offsets [16][pair].
+  static constexpr int kTileBytes = kTileKeys * D * 2;
+  static constexpr int kQBytes = kPrefillRows * D * 2;
+  static constexpr int kK = 0;
+  static constexpr int kV = kK + kTileBytes;
+  static constexpr int kQRaw = kV + kTileBytes;
+  static constexpr int kQRot = kQRaw + kQBytes;
+  static constexpr int kCsBase = kQRot + kQBytes;
+  static constexpr int kCsKBase = kCsBase + (D / 2) * 8;
+  static constexpr int kCsKOff = kCsKBase + 4 * (D / 2) * 8;
+  static constexpr int kSmemBytes = kCsKOff + 16 * (D / 2) * 8;
 };
 
-// Shared-memory layout for a head dim: K/V ring, the raw query tile, cos/sin of the segment
-// rotation, of the row offsets (coarse 16a, a < 4, and fine b < 16), of the raw keys' bases and
-// offsets. 100.5 KiB at head dim 128 (two CTAs per SM), 201 KiB at 256.
-inline PrefillParams prefill_layout(PrefillParams p, int head_dim, int* total_bytes) {
-  const int half = head_dim / 2;
-  int at = 2 * kPrefillStages * kTileKeys * head_dim * 2;
-  p.smem_q = at;
-  at += kPrefillRows * head_dim * 2;
-  p.smem_cs_base = at;
-  at += half * 8;
-  p.smem_cs_rows = at;
-  at += (4 + 16) * half * 8;
-  p.smem_cs_kbase = at;
-  at += 2 * (kTileKeys / 16) * half * 8;
-  p.smem_cs_koff = at;
-  at += 16 * half * 8;
-  *total_bytes = at;
-  return p;
-}
-
-// cos/sin of pair j at row offset i (< 64) from the coarse (16a) and fine (b) tables.
-__device__ __forceinline__ float2 row_cs(const float2* rows, int half, int i, int j) {
-  return combine_angles(rows[(i >> 4) * half + j], rows[(4 + (i & 15)) * half + j]);
-}
-
-// Rotates, scales and re-packs one thread's query fragments. HS = rotary_dim / 32, the k-step
-// distance between the two dims of a half-layout pair (a template so every index is static).
-template <class T, int KSteps, int HS>
-__device__ __forceinline__ void rotate_query_half(std::uint32_t (&qa)[KSteps][4], const float2* base,
-                                                  const float2* rows, int half, int t4, int row_a,
-                                                  int row_b, float rot_scale, float scale) {
-#pragma unroll
-  for (int kk = 0; kk < KSteps; ++kk) {
-    if (kk < HS) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int row = (e & 1) ? row_b : row_a;
-        const int j0 = 16 * kk + 2 * t4 + (e >> 1) * 8;
-        float2 x = ptx::unpack2<T>(qa[kk][e]);
-        float2 y = ptx::unpack2<T>(qa[kk + HS][e]);
-        float2 c0 = combine_angles(base[j0], row_cs(rows, half, row, j0));
-        float2 c1 = combine_angles(base[j0 + 1], row_cs(rows, half, row, j0 + 1));
-        rotate_pair(x.x, y.x, c0);
-        rotate_pair(x.y, y.y, c1);
-        qa[kk][e] = ptx::pack2<T>(x.x * rot_scale, x.y * rot_scale);
-        qa[kk + HS][e] = ptx::pack2<T>(y.x * rot_scale, y.y * rot_scale);
-      }
-    } else if (kk >= 2 * HS) {  // pass-through dims
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        float2 x = ptx::unpack2<T>(qa[kk][e]);
-        qa[kk][e] = ptx::pack2<T>(x.x * scale, x.y * scale);
-      }
+// Writes a warp's rows of the rotated, scaled query (rows [row0, row0 + nrows) of q_rot) from the
+// raw ones: row r is rotated by the segment's base angle (cos/sin per pair in `base`) combined
+// with the offset table's row (r / G), in fp32, and rounded once. Each lane takes two pairs per
+// access (32-bit pieces of both halves in the half layout, 64 bits in the interleaved one); the
+// dims past rotary_dim are only scaled. rotary = 0 scales everything (the RoPE-off baseline).
+template <class T, int D>
+__device__ __forceinline__ void rotate_query_rows(const T* q_raw, T* q_rot, int row0, int nrows,
+                                                  int lane, const float2* base,
+                                                  const float2* offsets, int rotary,
+                                                  bool interleaved, int group_size,
+                                                  float rot_scale, float scale) {
+  const int half = rotary / 2;
+  const int units = half / 2;  // two pairs each
+  auto at = [](int row, int d) { return swizzle<D>(row, d >> 3) + (d & 7); };
+  for (int u = lane; u < nrows * units; u += 32) {
+    const int row = row0 + u / units, j = 2 * (u % units);
+    const float2* off = offsets + (row / group_size) * half;
+    const float2 c0 = combine_angles(base[j], __ldg(off + j));
+    const float2 c1 = combine_angles(base[j + 1], __ldg(off + j + 1));
+    if (interleaved) {
+      const int d = 2 * j;
+      uint2 v = *reinterpret_cast<const uint2*>(q_raw + at(row, d));
+      float2 x = ptx::unpack2<T>(v.x), y = ptx::unpack2<T>(v.y);
+      rotate_pair(x.x, x.y, c0);
+      rotate_pair(y.x, y.y, c1);
+      v.x = ptx::pack2<T>(x.x * rot_scale, x.y * rot_scale);
+      v.y = ptx::pack2<T>(y.x * rot_scale, y.y * rot_scale);
+      *reinterpret_cast<uint2*>(q_rot + at(row, d)) = v;
+    } else {
+      float2 x = ptx::unpack2<T>(*reinterpret_cast<const std::uint32_t*>(q_raw + at(row, j)));
+      float2 y = ptx::unpack2<T>(*reinterpret_cast<const std::uint32_t*>(q_raw + at(row, j + half)));
+      rotate_pair(x.x, y.x, c0);
+      rotate_pair(x.y, y.y, c1);
+      *reinterpret_cast<std::uint32_t*>(q_rot + at(row, j)) =
+          ptx::pack2<T>(x.x * rot_scale, x.y * rot_scale);
+      *reinterpret_cast<std::uint32_t*>(q_rot + at(row, j + half)) =
+          ptx::pack2<T>(y.x * rot_scale, y.y * rot_scale);
     }
+  }
+  const int pass = (D - rotary) / 2;  // 32-bit pieces past the rotary dims
+  for (int u = lane; u < nrows * pass; u += 32) {
+    const int row = row0 + u / pass, d = rotary + 2 * (u % pass);
+    float2 x = ptx::unpack2<T>(*reinterpret_cast<const std::uint32_t*>(q_raw + at(row, d)));
+    *reinterpret_cast<std::uint32_t*>(q_rot + at(row, d)) = ptx::pack2<T>(x.x * scale, x.y * scale);
   }
 }
 
-template <class T, int KSteps>
-__device__ __forceinline__ void rotate_query_interleaved(std::uint32_t (&qa)[KSteps][4],
-                                                         const float2* base, const float2* rows,
-                                                         int half, int rot_steps, int t4,
-                                                         int row_a, int row_b, float rot_scale,
-                                                         float scale) {
-#pragma unroll
-  for (int kk = 0; kk < KSteps; ++kk) {
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      float2 x = ptx::unpack2<T>(qa[kk][e]);
-      if (kk < rot_steps) {  // the register's two halves are one pair (2i, 2i + 1)
-        const int row = (e & 1) ? row_b : row_a;
-        const int i = (16 * kk + 2 * t4 + (e >> 1) * 8) >> 1;
-        rotate_pair(x.x, x.y, combine_angles(base[i], row_cs(rows, half, row, i)));
-        qa[kk][e] = ptx::pack2<T>(x.x * rot_scale, x.y * rot_scale);
-      } else {
-        qa[kk][e] = ptx::pack2<T>(x.x * scale, x.y * scale);
-      }
+// Rotates one thread's share of a raw K tile in shared memory at its keys' logical positions:
+// cos/sin of key (16 a + b) = base[a] combined with offset[b]. Two pairs per 32-bit access in
+// the half layout, one in the interleaved.
+template <class T, int D, int kThreads>
+__device__ __forceinline__ void rotate_key_tile(T* ks, const float2* kbase, const float2* koff,
+                                                int half, bool interleaved, int tid) {
+  const int per_key = interleaved ? half : half / 2;
+  for (int i = tid; i < kTileKeys * per_key; i += kThreads) {
+    const int key = i / per_key, u = i % per_key;
+    const float2* kb = kbase + (key >> 4) * half;
+    const float2* ko = koff + (key & 15) * half;
+    if (interleaved) {
+      const int d = 2 * u;
+      auto* x = reinterpret_cast<std::uint32_t*>(ks + swizzle<D>(key, d >> 3) + (d & 7));
+      float2 v = ptx::unpack2<T>(*x);
+      rotate_pair(v.x, v.y, combine_angles(kb[u], ko[u]));
+      *x = ptx::pack2<T>(v.x, v.y);
+    } else {
+      const int j = 2 * u, d1 = j + half;
+      auto* x = reinterpret_cast<std::uint32_t*>(ks + swizzle<D>(key, j >> 3) + (j & 7));
+      auto* y = reinterpret_cast<std::uint32_t*>(ks + swizzle<D>(key, d1 >> 3) + (d1 & 7));
+      float2 a = ptx::unpack2<T>(*x), b = ptx::unpack2<T>(*y);
+      rotate_pair(a.x, b.x, combine_angles(kb[j], ko[j]));
+      rotate_pair(a.y, b.y, combine_angles(kb[j + 1], ko[j + 1]));
+      *x = ptx::pack2<T>(a.x, a.y);
+      *y = ptx::pack2<T>(b.x, b.y);
     }
   }
 }
 
 template <class T, int D, bool kRope>
-__global__ void __launch_bounds__(kPrefillThreads, 2)
+__global__ void __launch_bounds__(PrefillShape<D>::kThreads, PrefillShape<D>::kMinBlocks)
     prefill_kernel(const __grid_constant__ PrefillParams p) {
   using Shape = PrefillShape<D>;
-  constexpr int S = kPrefillStages;
+  constexpr int MT = Shape::kMTiles;
+  constexpr int kThreads = Shape::kThreads;
   constexpr int KSteps = Shape::kKSteps;
   extern __shared__ __align__(128) unsigned char smem[];
-  T* q_tile = reinterpret_cast<T*>(smem + p.smem_q);
-  float2* cs_base = reinterpret_cast<float2*>(smem + p.smem_cs_base);
-  float2* cs_rows = reinterpret_cast<float2*>(smem + p.smem_cs_rows);
-  float2* cs_kbase = reinterpret_cast<float2*>(smem + p.smem_cs_kbase);  // [2][4][pair]
-  float2* cs_koff = reinterpret_cast<float2*>(smem + p.smem_cs_koff);    // [16][pair]
+  T* ks = reinterpret_cast<T*>(smem + Shape::kK);
+  T* vs = reinterpret_cast<T*>(smem + Shape::kV);
+  T* q_raw = reinterpret_cast<T*>(smem + Shape::kQRaw);
+  T* q_rot = reinterpret_cast<T*>(smem + Shape::kQRot);
+  float2* cs_base = reinterpret_cast<float2*>(smem + Shape::kCsBase);    // [pair]
+  float2* cs_kbase = reinterpret_cast<float2*>(smem + Shape::kCsKBase);  // [4][pair]
+  float2* cs_koff = reinterpret_cast<float2*>(smem + Shape::kCsKOff);    // [16][pair]
 
-  const int qtile = blockIdx.x;
+  // Heaviest query tiles first: in causal encoding the last rows see the most keys.
+  const int qtile = p.sched.num_qtiles - 1 - blockIdx.x;
   const int kv_head = blockIdx.y;
   const int tid = threadIdx.x;
   const int warp = tid >> 5;
@@ -193,6 +205,8 @@ __global__ void __launch_bounds__(kPrefillThreads, 2)
   const int half = rotary / 2;
   const bool interleaved = p.rope.interleaved != 0;
   const std::uint64_t* turns = p.rope.turns + static_cast<std::int64_t>(rope_set) * half;
+  const float2* offset_cs =
+      p.rope.offset_cs + static_cast<std::int64_t>(rope_set) * p.rope.offset_rows * half;
 
   // One work item per request spans all its tiles; drop trailing tail tiles no row can see.
   const int tile_begin = p.sched.work_tile_begin[b];
@@ -203,24 +217,32 @@ __global__ void __launch_bounds__(kPrefillThreads, 2)
     --tile_end;
   }
 
-  // ---- the query tile: rows (query i_first + r / G, head r % G), zero past the request -------
+  // This thread's rows: m-tile mt, half h -> CTA row warp * 16 MT + 16 mt + g + 8 h.
+  const int warp_row0 = warp * 16 * MT;
+  int q_off[MT][2];  // (m_i - m_first) of each row
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt) {
+    q_off[mt][0] = (warp_row0 + 16 * mt + g) / G;
+    q_off[mt][1] = (warp_row0 + 16 * mt + g + 8) / G;
+  }
+
+  // ---- the raw query tile: rows (query i_first + r / G, head r % G), zero past the request ----
   {
     constexpr int kChunks = D / 8;
     const int chunk = tid % kChunks;
     const T* q = static_cast<const T*>(p.q);
-    for (int r = tid / kChunks; r < kPrefillRows; r += kPrefillThreads / kChunks) {
+    for (int r = tid / kChunks; r < kPrefillRows; r += kThreads / kChunks) {
       bool valid = r < rows_here;
       int rr = valid ? r : 0;
       std::int64_t src = (static_cast<std::int64_t>(q_row0 + i_first + rr / G) * p.num_qo_heads +
                           kv_head * G + rr % G) *
                              D +
                          chunk * 8;
-      ptx::cp_async_16(ptx::smem_addr(q_tile + swizzle<D>(r, chunk)), q + src, valid);
+      ptx::cp_async_16(ptx::smem_addr(q_raw + swizzle<D>(r, chunk)), q + src, valid);
     }
-    ptx::cp_async_commit();
   }
 
-  using Stream = TileStream<T, D, kPrefillThreads, S>;
+  using Stream = TileStream<T, D, kThreads, 1>;
   Stream stream{p.sched.tiles,
                 p.plan.page_ids,
                 static_cast<const T*>(p.k_pool) + kv_head * p.head_stride,
@@ -230,229 +252,217 @@ __global__ void __launch_bounds__(kPrefillThreads, 2)
                 tile_end,
                 tid % Stream::kChunks,
                 tid / Stream::kChunks,
-                reinterpret_cast<T*>(smem)};
+                nullptr};
   stream.prefetch_records(tile_begin, tid);
-  stream.start(tile_begin);
   TileInfo cur = stream.info(tile_begin);
+  int pages[Stream::kRowsPerThread];
+  stream.fetch_pages(cur, pages);
+  if (tile_begin < tile_end) stream.issue_one(stream.k, cur, pages, ks);
+  ptx::cp_async_commit();
   TileInfo next = stream.info(tile_begin + 1);
 
-  // cos/sin of the row offsets (m_i - m_first) = r / G < 64, as 16a + b: fixed for the CTA.
-  if (kRope) {
-    for (int i = tid; i < 20 * half; i += kPrefillThreads) {
-      int t = i / half;
-      cs_rows[i] = rope_cos_sin(t < 4 ? 16 * t : t - 4, turns[i % half]);
-    }
-  }
-
-  float acc[D / 8][4];
-#pragma unroll
-  for (int n = 0; n < D / 8; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
-  float row_max[2] = {-INFINITY, -INFINITY};
-  float row_sum[2] = {0.0f, 0.0f};
-  std::uint32_t qa[KSteps][4];
-  std::int64_t q_delta = 0;
-  bool q_ready = false;
-  bool koff_ready = false;
-  bool kbase_ready = false;
   const std::uint8_t kRawForm = static_cast<std::uint8_t>(StorageForm::kRaw);
-  const int row_a = warp * 16 + g;  // this thread's two rows within the CTA's 64
-  const int row_b = row_a + 8;
-  const int i_a = row_a / G, i_b = row_b / G;  // their query offsets from i_first
-
-  auto compute_kbase = [&](const TileInfo& ti, int parity) {
+  // The query rotation a tile needs: by m_first for raw keys, by m_first - s for local ones.
+  auto delta_of = [&](const TileInfo& ti) {
+    return kRope && ti.form != kRawForm ? m_first - ti.seg_start : m_first;
+  };
+  auto compute_base = [&](std::int64_t delta) {
+    for (int j = tid; j < half; j += kThreads) cs_base[j] = rope_cos_sin(delta, turns[j]);
+  };
+  auto compute_kbase = [&](const TileInfo& ti) {
     const std::int64_t n0 = ti.seg_start + ti.key0;
-    for (int i = tid; i < 4 * half; i += kPrefillThreads) {
+    for (int i = tid; i < 4 * half; i += kThreads) {
       int grp = i / half, j = i % half;
-      cs_kbase[(parity * 4 + grp) * half + j] = rope_cos_sin(n0 + 16 * grp, turns[j]);
+      cs_kbase[grp * half + j] = rope_cos_sin(n0 + 16 * grp, turns[j]);
     }
   };
+  if (kRope) {
+    for (int i = tid; i < 16 * half; i += kThreads) cs_koff[i] = offset_cs[i];
+    compute_base(delta_of(cur));
+    if (cur.form == kRawForm) compute_kbase(cur);
+  }
+
+  float acc[MT][D / 8][4];
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int n = 0; n < D / 8; ++n) acc[mt][n][0] = acc[mt][n][1] = acc[mt][n][2] = acc[mt][n][3] = 0.0f;
+  float row_max[MT][2], row_sum[MT][2];
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt) {
+    row_max[mt][0] = row_max[mt][1] = -INFINITY;
+    row_sum[mt][0] = row_sum[mt][1] = 0.0f;
+  }
+  std::int64_t q_delta = 0;
+  bool q_ready = false;
 
   for (int tile = tile_begin; tile < tile_end; ++tile) {
-    const int it = tile - tile_begin;
-    ptx::cp_async_wait<S - 2>();
-    __syncthreads();  // tile `it` (and, the first time, the query tile) is in shared memory
-    stream.step(tile, it);
+    // K of this tile (and, the first time, the query tile) has landed; every warp is past the
+    // previous P V, so the V buffer is free; the tables for this tile are visible.
+    ptx::cp_async_wait<0>();
+    __syncthreads();
     const TileInfo ti = cur;
+    stream.issue_one(stream.v, ti, pages, vs);
+    ptx::cp_async_commit();
     cur = next;
+    stream.fetch_pages(cur, pages);  // the next tile's page ids, in flight under Q K^T
     next = stream.info(tile + 2);
     const bool raw = kRope && ti.form == kRawForm;
-    T* ks = stream.k_stage(it % S);
-    const T* vs = stream.v_stage(it % S);
 
-    // ---- query fragments: (re)rotated when the rotation changes -------------------------------
-    const std::int64_t delta = raw ? m_first : m_first - ti.seg_start;
-    if (!q_ready || (kRope && delta != q_delta)) {
-      if (kRope)
-        for (int j = tid; j < half; j += kPrefillThreads) cs_base[j] = rope_cos_sin(delta, turns[j]);
+    // ---- raw form: rotate this K tile in shared memory, once for all warps --------------------
+    if (raw) {
+      rotate_key_tile<T, D, kThreads>(ks, cs_kbase, cs_koff, half, interleaved, tid);
       __syncthreads();
-#pragma unroll
-      for (int kk = 0; kk < KSteps; ++kk) {
-        int row = warp * 16 + (mi & 1) * 8 + (lane & 7);
-        ptx::ldmatrix_x4(qa[kk], ptx::smem_addr(q_tile + swizzle<D>(row, 2 * kk + (mi >> 1))));
-      }
+    }
+
+    // ---- the rotated query: each warp (re)writes its own rows when the rotation changes ------
+    const std::int64_t delta = delta_of(ti);
+    if (!q_ready || (kRope && delta != q_delta)) {
       const float scale = p.sm_scale_log2;
-      if (!kRope) {
-        rotate_query_interleaved<T, KSteps>(qa, cs_base, cs_rows, half, 0, t4, i_a, i_b, scale,
-                                            scale);
-      } else if (interleaved) {
-        rotate_query_interleaved<T, KSteps>(qa, cs_base, cs_rows, half, rotary / 16, t4, i_a, i_b,
-                                            scale * p.rope.query_scale, scale);
-      } else {
-        const float rs = scale * p.rope.query_scale;
-        auto with_hs = [&](auto hs) {
-          constexpr int HS = decltype(hs)::value;
-          if constexpr (2 * HS <= KSteps)
-            rotate_query_half<T, KSteps, HS>(qa, cs_base, cs_rows, half, t4, i_a, i_b, rs, scale);
-        };
-        switch (rotary / 32) {  // rotary_dim is a multiple of 32 here (checked on the host)
-          case 1: with_hs(std::integral_constant<int, 1>{}); break;
-          case 2: with_hs(std::integral_constant<int, 2>{}); break;
-          case 3: with_hs(std::integral_constant<int, 3>{}); break;
-          case 4: with_hs(std::integral_constant<int, 4>{}); break;
-          case 5: with_hs(std::integral_constant<int, 5>{}); break;
-          case 6: with_hs(std::integral_constant<int, 6>{}); break;
-          case 7: with_hs(std::integral_constant<int, 7>{}); break;
-          default: with_hs(std::integral_constant<int, 8>{}); break;
-        }
-      }
+      rotate_query_rows<T, D>(q_raw, q_rot, warp_row0, 16 * MT, lane, cs_base, offset_cs,
+                              kRope ? rotary : 0, interleaved, G,
+                              kRope ? scale * p.rope.query_scale : scale, scale);
+      __syncwarp();
       q_delta = delta;
       q_ready = true;
     }
 
-    // ---- raw form: rotate this K tile in shared memory, once for all warps --------------------
-    if (raw) {
-      if (!kbase_ready) {
-        if (!koff_ready) {
-          const float2* table =
-              p.rope.offset_cs + static_cast<std::int64_t>(rope_set) * p.rope.offset_rows * half;
-          for (int i = tid; i < 16 * half; i += kPrefillThreads) cs_koff[i] = table[i];
-          koff_ready = true;
-        }
-        compute_kbase(ti, it & 1);
-        __syncthreads();
-      }
-      const float2* kbase = cs_kbase + (it & 1) * 4 * half;
-      for (int i = tid; i < kTileKeys * half; i += kPrefillThreads) {
-        int key = i / half, j = i % half;
-        int d0 = interleaved ? 2 * j : j;
-        int d1 = interleaved ? 2 * j + 1 : j + half;
-        T* x0 = ks + swizzle<D>(key, d0 >> 3) + (d0 & 7);
-        T* x1 = ks + swizzle<D>(key, d1 >> 3) + (d1 & 7);
-        float x = ptx::to_f32(*x0), y = ptx::to_f32(*x1);
-        rotate_pair(x, y, combine_angles(kbase[(key >> 4) * half + j], cs_koff[(key & 15) * half + j]));
-        *x0 = ptx::from_f32<T>(x);
-        *x1 = ptx::from_f32<T>(y);
-      }
-      __syncthreads();
-    }
-    // The next raw tile's bases, into the other buffer; read after the next top barrier.
-    kbase_ready = false;
-    if (kRope && koff_ready && tile + 1 < tile_end && cur.form == kRawForm) {
-      compute_kbase(cur, (it + 1) & 1);
-      kbase_ready = true;
-    }
-
-    // ---- S = Q K^T: 16 rows x 64 keys per warp --------------------------------------------------
-    float sc[8][4];
+    // ---- S = Q K^T: 16 MT rows x 64 keys per warp ------------------------------------------------
+    float sc[MT][8][4];
 #pragma unroll
-    for (int n = 0; n < 8; ++n) sc[n][0] = sc[n][1] = sc[n][2] = sc[n][3] = 0.0f;
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int n = 0; n < 8; ++n) sc[mt][n][0] = sc[mt][n][1] = sc[mt][n][2] = sc[mt][n][3] = 0.0f;
 #pragma unroll
     for (int kk = 0; kk < KSteps; ++kk) {
+      std::uint32_t kb[4][4];
 #pragma unroll
       for (int n2 = 0; n2 < 4; ++n2) {
-        std::uint32_t kb[4];
         int key = 16 * n2 + (mi >> 1) * 8 + (lane & 7);
-        ptx::ldmatrix_x4(kb, ptx::smem_addr(ks + swizzle<D>(key, 2 * kk + (mi & 1))));
-        ptx::mma_16816<T>(sc[2 * n2], qa[kk], kb[0], kb[1]);
-        ptx::mma_16816<T>(sc[2 * n2 + 1], qa[kk], kb[2], kb[3]);
+        ptx::ldmatrix_x4(kb[n2], ptx::smem_addr(ks + swizzle<D>(key, 2 * kk + (mi & 1))));
+      }
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+        std::uint32_t qa[4];
+        const int row = warp_row0 + 16 * mt + (mi & 1) * 8 + (lane & 7);
+        ptx::ldmatrix_x4(qa, ptx::smem_addr(q_rot + swizzle<D>(row, 2 * kk + (mi >> 1))));
+#pragma unroll
+        for (int n2 = 0; n2 < 4; ++n2) {
+          ptx::mma_16816<T>(sc[mt][2 * n2], qa, kb[n2][0], kb[n2][1]);
+          ptx::mma_16816<T>(sc[mt][2 * n2 + 1], qa, kb[n2][2], kb[n2][3]);
+        }
       }
     }
 
     // ---- masks: keys past the tile, and the causal tail -----------------------------------------
     const bool tail_mask = ti.is_tail && ti.key0 + ti.rows - 1 > causal_offset + i_first;
+    if (ti.rows < kTileKeys || tail_mask) {
 #pragma unroll
-    for (int n = 0; n < 8; ++n) {
+      for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        int key = 8 * n + 2 * t4 + (e & 1);
-        bool hidden = key >= ti.rows;
-        if (tail_mask) hidden = hidden || ti.key0 + key > causal_offset + i_first + ((e & 2) ? i_b : i_a);
-        if (hidden) sc[n][e] = -INFINITY;
-      }
+        for (int n = 0; n < 8; ++n)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            int key = 8 * n + 2 * t4 + (e & 1);
+            bool hidden = key >= ti.rows;
+            if (tail_mask)
+              hidden = hidden || ti.key0 + key > causal_offset + i_first + q_off[mt][e >> 1];
+            if (hidden) sc[mt][n][e] = -INFINITY;
+          }
     }
 
     // ---- online softmax (log2 units: the scale is folded into the query) ----------------------
-    float scale[2];
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      float mx = -INFINITY;
+    for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll
-      for (int n = 0; n < 8; ++n) mx = fmaxf(mx, fmaxf(sc[n][2 * h], sc[n][2 * h + 1]));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-      float m_new = fmaxf(row_max[h], mx);
-      float m_use = m_new == -INFINITY ? 0.0f : m_new;  // fully masked so far: exp2 -> 0, no NaN
-      scale[h] = exp2f(row_max[h] - m_use);
-      row_max[h] = m_new;
-      float sum = 0.0f;
+      for (int h = 0; h < 2; ++h) {
+        float mx = -INFINITY;
 #pragma unroll
-      for (int n = 0; n < 8; ++n) {
-        sc[n][2 * h] = exp2f(sc[n][2 * h] - m_use);
-        sc[n][2 * h + 1] = exp2f(sc[n][2 * h + 1] - m_use);
-        sum += sc[n][2 * h] + sc[n][2 * h + 1];
+        for (int n = 0; n < 8; ++n) mx = fmaxf(mx, fmaxf(sc[mt][n][2 * h], sc[mt][n][2 * h + 1]));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        float m_new = fmaxf(row_max[mt][h], mx);
+        float m_use = m_new == -INFINITY ? 0.0f : m_new;  // fully masked so far: exp2 -> 0, no NaN
+        float scale = exp2f(row_max[mt][h] - m_use);
+        row_max[mt][h] = m_new;
+        float sum = 0.0f;
+#pragma unroll
+        for (int n = 0; n < 8; ++n) {
+          sc[mt][n][2 * h] = exp2f(sc[mt][n][2 * h] - m_use);
+          sc[mt][n][2 * h + 1] = exp2f(sc[mt][n][2 * h + 1] - m_use);
+          sum += sc[mt][n][2 * h] + sc[mt][n][2 * h + 1];
+        }
+        row_sum[mt][h] = row_sum[mt][h] * scale + sum;
+#pragma unroll
+        for (int n = 0; n < D / 8; ++n) {
+          acc[mt][n][2 * h] *= scale;
+          acc[mt][n][2 * h + 1] *= scale;
+        }
       }
-      row_sum[h] = row_sum[h] * scale[h] + sum;
     }
-#pragma unroll
-    for (int n = 0; n < D / 8; ++n) {
-      acc[n][0] *= scale[0];
-      acc[n][1] *= scale[0];
-      acc[n][2] *= scale[1];
-      acc[n][3] *= scale[1];
+
+    // V of this tile has landed; every warp is past Q K^T, so the K buffer takes the next tile.
+    ptx::cp_async_wait<0>();
+    __syncthreads();
+    if (tile + 1 < tile_end) stream.issue_one(stream.k, cur, pages, ks);
+    ptx::cp_async_commit();
+    // The next tile's tables, read after the next top barrier (this tile's are no longer used).
+    if (kRope && tile + 1 < tile_end) {
+      const std::int64_t next_delta = delta_of(cur);
+      if (next_delta != delta) compute_base(next_delta);
+      if (cur.form == kRawForm) compute_kbase(cur);
     }
 
     // ---- O += P V ------------------------------------------------------------------------------
 #pragma unroll
     for (int kv = 0; kv < 4; ++kv) {
-      std::uint32_t pa[4] = {ptx::pack2<T>(sc[2 * kv][0], sc[2 * kv][1]),
-                             ptx::pack2<T>(sc[2 * kv][2], sc[2 * kv][3]),
-                             ptx::pack2<T>(sc[2 * kv + 1][0], sc[2 * kv + 1][1]),
-                             ptx::pack2<T>(sc[2 * kv + 1][2], sc[2 * kv + 1][3])};
+      std::uint32_t pa[MT][4];
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+        pa[mt][0] = ptx::pack2<T>(sc[mt][2 * kv][0], sc[mt][2 * kv][1]);
+        pa[mt][1] = ptx::pack2<T>(sc[mt][2 * kv][2], sc[mt][2 * kv][3]);
+        pa[mt][2] = ptx::pack2<T>(sc[mt][2 * kv + 1][0], sc[mt][2 * kv + 1][1]);
+        pa[mt][3] = ptx::pack2<T>(sc[mt][2 * kv + 1][2], sc[mt][2 * kv + 1][3]);
+      }
       const int v_row = 16 * kv + (mi & 1) * 8 + (lane & 7);
 #pragma unroll
       for (int c = 0; c < D / 8; c += 2) {
         std::uint32_t vb[4];
         ptx::ldmatrix_x4_trans(vb, ptx::smem_addr(vs + swizzle<D>(v_row, c + (mi >> 1))));
-        ptx::mma_16816<T>(acc[c], pa, vb[0], vb[1]);
-        ptx::mma_16816<T>(acc[c + 1], pa, vb[2], vb[3]);
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+          ptx::mma_16816<T>(acc[mt][c], pa[mt], vb[0], vb[1]);
+          ptx::mma_16816<T>(acc[mt][c + 1], pa[mt], vb[2], vb[3]);
+        }
       }
     }
   }
   ptx::cp_async_wait<0>();
 
-  // ---- outputs: normalise and write this thread's two rows ------------------------------------
+  // ---- outputs: normalise and write this thread's rows ----------------------------------------
 #pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    row_sum[h] += __shfl_xor_sync(0xffffffffu, row_sum[h], 1);
-    row_sum[h] += __shfl_xor_sync(0xffffffffu, row_sum[h], 2);
-  }
+  for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int r = h ? row_b : row_a;
-    if (r >= rows_here) continue;
-    const int R = row_begin + r;
-    const std::int64_t out_row = static_cast<std::int64_t>(q_row0 + R / G) * p.num_qo_heads +
-                                 kv_head * G + R % G;
-    const float inv = row_sum[h] > 0.0f ? 1.0f / row_sum[h] : 0.0f;
-    T* o = static_cast<T*>(p.o) + out_row * D;
+    for (int h = 0; h < 2; ++h) {
+      float sum = row_sum[mt][h];
+      sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+      sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+      const int r = warp_row0 + 16 * mt + g + 8 * h;
+      if (r >= rows_here) continue;
+      const int R = row_begin + r;
+      const std::int64_t out_row = static_cast<std::int64_t>(q_row0 + R / G) * p.num_qo_heads +
+                                   kv_head * G + R % G;
+      const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+      T* o = static_cast<T*>(p.o) + out_row * D;
 #pragma unroll
-    for (int n = 0; n < D / 8; ++n) {
-      std::uint32_t v = ptx::pack2<T>(acc[n][2 * h] * inv, acc[n][2 * h + 1] * inv);
-      *reinterpret_cast<std::uint32_t*>(o + n * 8 + 2 * t4) = v;
+      for (int n = 0; n < D / 8; ++n) {
+        std::uint32_t v = ptx::pack2<T>(acc[mt][n][2 * h] * inv, acc[mt][n][2 * h + 1] * inv);
+        *reinterpret_cast<std::uint32_t*>(o + n * 8 + 2 * t4) = v;
+      }
+      if (t4 == 0 && p.maybe_lse)
+        p.maybe_lse[out_row] =
+            sum > 0.0f ? (row_max[mt][h] + log2f(sum)) * 0.6931471805599453f : -INFINITY;
     }
-    if (t4 == 0 && p.maybe_lse)
-      p.maybe_lse[out_row] =
-          row_sum[h] > 0.0f ? (row_max[h] + log2f(row_sum[h])) * 0.6931471805599453f : -INFINITY;
   }
 }
 
@@ -504,8 +514,9 @@ inline void prefill(const PrefillArgs& args, const DevicePool& pool, const Devic
     LAZYATTN_CHECK(rv.rotary_dim % (rv.interleaved ? 16 : 32) == 0, w, ": rotary_dim ",
                    rv.rotary_dim, ", expected a multiple of ", rv.interleaved ? 16 : 32,
                    " for the CUDA kernels");
-    LAZYATTN_CHECK(rv.offset_rows >= 16, w, ": rope offset table of ", rv.offset_rows,
-                   " rows, expected >= 16");
+    const int need = std::max(16, detail::kPrefillRows / ap.group_size());
+    LAZYATTN_CHECK(rv.offset_rows >= need, w, ": rope offset table of ", rv.offset_rows,
+                   " rows, expected >= ", need, " (DeviceRope's offset_rows)");
   }
   if (sv.num_qtiles == 0) return;
 
@@ -526,8 +537,6 @@ inline void prefill(const PrefillArgs& args, const DevicePool& pool, const Devic
   int log2_page = 0;
   while ((1 << log2_page) < geo.page_size) ++log2_page;
   p.page_size_log2 = log2_page;
-  int smem = 0;
-  p = detail::prefill_layout(p, ap.head_dim, &smem);
 
   dispatch_dtype(args.dtype, [&](auto tag) {
     using E = decltype(tag);
@@ -535,10 +544,11 @@ inline void prefill(const PrefillArgs& args, const DevicePool& pool, const Devic
       using T = device_type_t<E>;
       dispatch_head_dim(ap.head_dim, w, [&](auto dc) {
         constexpr int D = decltype(dc)::value;
+        using Shape = detail::PrefillShape<D>;
         auto launch = [&](auto kernel) {
-          prepare_kernel(kernel, smem);
+          prepare_kernel(kernel, Shape::kSmemBytes);
           dim3 grid(static_cast<unsigned>(sv.num_qtiles), static_cast<unsigned>(ap.num_kv_heads));
-          kernel<<<grid, detail::kPrefillThreads, smem, stream>>>(p);
+          kernel<<<grid, Shape::kThreads, Shape::kSmemBytes, stream>>>(p);
           LAZYATTN_CUDA_CHECK_LAUNCH();
         };
         if (args.rope) launch(detail::prefill_kernel<T, D, true>);

@@ -1,4 +1,5 @@
-// Thin wrappers over the PTX the kernels use: cp.async, ldmatrix, mma.sync m16n8k16, packing.
+// Thin wrappers over the PTX the kernels use: cp.async, ldmatrix/stmatrix, mma.sync m16n8k16,
+// packing.
 //
 // Fragment layouts (PTX ISA, mma.m16n8k16, g = lane / 4, t = lane % 4):
 //   A 16x16 row-major: a0 (g, 2t..2t+1) a1 (g+8, 2t..) a2 (g, 2t+8..) a3 (g+8, 2t+8..)
@@ -39,6 +40,13 @@ __device__ __forceinline__ void ldmatrix_x4_trans(std::uint32_t (&r)[4], std::ui
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                : "r"(addr));
+}
+
+// The inverse of ldmatrix_x4: the same four 8x8 matrices, the same per-lane row addresses.
+__device__ __forceinline__ void stmatrix_x4(std::uint32_t addr, const std::uint32_t (&r)[4]) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr),
+               "r"(r[0]), "r"(r[1]), "r"(r[2]), "r"(r[3])
+               : "memory");
 }
 
 // D += A * B with fp32 accumulation; T is __nv_bfloat16 or __half.

@@ -160,11 +160,14 @@ inline DecodeSchedule make_decode_schedule(const Plan& plan, int num_kv_heads,
   return s;
 }
 
+// Query rows ((query, head-of-group) pairs) per prefill CTA, the rows_per_qtile cuda::prefill takes.
+inline constexpr int kPrefillRowsPerQtile = 128;
+
 // The prefill schedule: the same key tiles, one work item per request spanning all of them (no
 // split), and the query tiles. Rows of a request are its (query, head-of-group) pairs, query-major:
 // row = query * group_size + head, so one K/V tile serves every query head of the group.
 inline DecodeSchedule make_prefill_schedule(const Plan& plan, int num_kv_heads, int group_size,
-                                            int rows_per_qtile = 64) {
+                                            int rows_per_qtile = kPrefillRowsPerQtile) {
   const char* w = "make_prefill_schedule";
   LAZYATTN_CHECK(group_size >= 1 && rows_per_qtile % group_size == 0, w, ": group_size ",
                  group_size, ", expected a divisor of rows_per_qtile ", rows_per_qtile);
