@@ -7,9 +7,12 @@
 //                its tokens queries); FLOPs halved for the causal square
 //   modes        local (documents and tail in local form), raw (keys rotated in the kernel), and
 //                rope_off (the same kernel on pre-rotated keys and queries)
+//   splits       automatic key-range splits (a workspace is passed); LAZYATTN_BENCH_PREFILL_SPLITS=N
+//                forces N
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <memory>
 #include <numeric>
 #include <random>
@@ -46,6 +49,7 @@ struct Setup {
   cuda::DevicePlan plan_local, plan_raw;
   cuda::DeviceBuffer<__nv_bfloat16> q, o;
   cuda::DeviceBuffer<float> lse;
+  cuda::PrefillWorkspace ws;
   double flops = 0;
 };
 
@@ -125,10 +129,11 @@ void bench_prefill(benchmark::State& state, Shape sh, Mode mode) {
   cudaEvent_t start, stop;
   LAZYATTN_CUDA_CHECK(cudaEventCreate(&start));
   LAZYATTN_CUDA_CHECK(cudaEventCreate(&stop));
-  for (int i = 0; i < 3; ++i) cuda::prefill(a, *s.pool, plan, *s.rope);
+  if (const char* e = std::getenv("LAZYATTN_BENCH_PREFILL_SPLITS")) a.kv_splits = std::atoi(e);
+  for (int i = 0; i < 3; ++i) cuda::prefill(a, *s.pool, plan, *s.rope, &s.ws);
   for (auto _ : state) {
     LAZYATTN_CUDA_CHECK(cudaEventRecord(start));
-    cuda::prefill(a, *s.pool, plan, *s.rope);
+    cuda::prefill(a, *s.pool, plan, *s.rope, &s.ws);
     LAZYATTN_CUDA_CHECK(cudaEventRecord(stop));
     LAZYATTN_CUDA_CHECK(cudaEventSynchronize(stop));
     float ms = 0;

@@ -58,6 +58,8 @@ struct DeviceScenario {
   cuda::DeviceBuffer<std::byte> o;
   cuda::DeviceBuffer<float> lse;
   cuda::DecodeWorkspace ws;
+  cuda::PrefillWorkspace pws;
+  int prefill_kv_splits = 0;  // cuda::PrefillArgs::kv_splits
 
   bool use_prefill = false;
 
@@ -138,7 +140,8 @@ struct DeviceScenario {
       a.layer = d.layer;
       a.params = d.params;
       a.rope = d.rope;
-      cuda::prefill(a, pool, on, rope);
+      a.kv_splits = prefill_kv_splits;
+      cuda::prefill(a, pool, on, rope, &pws);
     } else {
       cuda::decode(args(rope_on, q_ptr), pool, on, rope, ws);
     }

@@ -75,14 +75,20 @@ void check_prefill(const test::ref::Scenario& sc) {
     eager_lse = 8 * ulp;
   }
   gpu::DeviceScenario ds(sc, -1);
-  gpu::GpuResult got = ds.deferred();
-  CHECK(got.unwritten == 0);
-  std::string r1 = gpu::check_error_rule(got.out, ref.out, eager_out, 1e-3 * scale + 1e-5);
-  INFO(r1);
-  CHECK(r1.empty());
-  std::string r2 = gpu::check_error_rule(got.lse, ref.lse, eager_lse, 1e-3);
-  INFO(r2);
-  CHECK(r2.empty());
+  // The automatic split choice, then no split and a forced 3-way split of every key range (most
+  // of these small scenarios get one split automatically, so 3 exercises the merge).
+  for (int splits : {0, 1, 3}) {
+    ds.prefill_kv_splits = splits;
+    gpu::GpuResult got = ds.deferred();
+    INFO("kv_splits " << splits);
+    CHECK(got.unwritten == 0);
+    std::string r1 = gpu::check_error_rule(got.out, ref.out, eager_out, 1e-3 * scale + 1e-5);
+    INFO(r1);
+    CHECK(r1.empty());
+    std::string r2 = gpu::check_error_rule(got.lse, ref.lse, eager_lse, 1e-3);
+    INFO(r2);
+    CHECK(r2.empty());
+  }
 }
 
 }  // namespace

@@ -27,9 +27,8 @@ struct RopeView {
 
 class DeviceRope {
  public:
-  // offset_rows: how many offsets the cos/sin table covers: the key-side rotation reads 0..63 (the
-  // key tile), the prefill query rotation 0..(128 / group size - 1) (its row offsets).
-  explicit DeviceRope(const RopePolicy& policy, int offset_rows = 128)
+  // offset_rows: how many in-tile offsets the cos/sin table covers (the kernels' tile size).
+  explicit DeviceRope(const RopePolicy& policy, int offset_rows = 64)
       : policy_(policy), offset_rows_(offset_rows) {
     const RopeFrequencies& f = policy.base_frequencies();
     view_.rotary_dim = f.rotary_dim;

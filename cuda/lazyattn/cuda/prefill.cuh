@@ -14,10 +14,10 @@
 //
 // Deferred rotation:
 //   local form  the query is re-rotated when the segment changes, by (m_i - s_j) per row: each
-//               warp loads its rows' raw fragments (ldmatrix), rotates them in fp32 with cos/sin
-//               of (m_first - s_j) per pair combined with the offset table's (m_i - m_first), and
-//               stores them (stmatrix) as the rotated, scaled query that Q K^T reads: rounded to
-//               16 bits once;
+//               warp rewrites its rows of the rotated, scaled query that Q K^T reads from the raw
+//               ones, in fp32, with cos/sin of (m_first - s_j + 16a) (exact, per segment)
+//               combined with the offset table's b, where m_i - m_first = 16a + b: rounded to 16
+//               bits once;
 //   raw form    the query is rotated by m_i once, and each K tile is rotated in fp32 at its keys'
 //               logical positions, in shared memory, once for all warps (per-16-key base angles
 //               computed a tile ahead, offsets 0..15 from the table).
@@ -58,6 +58,11 @@ struct PrefillParams {
   std::int32_t num_qo_heads = 0;
   std::int32_t group_size = 0;
   std::int32_t page_size_log2 = 0;
+  // Split-KV (kv_splits > 1): each CTA (blockIdx.z = split) writes its normalised fp32 output
+  // and log2-sum-exp to [split][query * num_qo_heads + head], merged by prefill_merge_kernel.
+  std::int32_t kv_splits = 1;
+  float* partial_o = nullptr;    // [kv_splits][num_queries * num_qo_heads][head_dim]
+  float* partial_lse = nullptr;  // [kv_splits][num_queries * num_qo_heads], log2 units
 };
 
 namespace detail {
@@ -73,7 +78,8 @@ struct PrefillShape {
   static constexpr int kMinBlocks = D <= 128 ? 2 : 1;
   static constexpr int kKSteps = D / 16;
   // Shared memory, bytes from the start: K tile, V tile, raw queries, rotated queries, cos/sin of
-  // the segment rotation [pair], of the raw keys' 16-key bases [4][pair] and offsets [16][pair].
+  // the segment rotation at row offsets 16a [8][pair], of the raw keys' 16-key bases [4][pair],
+  // and of the offsets 0..15 [16][pair] (both sides combine a base with these).
   static constexpr int kTileBytes = kTileKeys * D * 2;
   static constexpr int kQBytes = kPrefillRows * D * 2;
   static constexpr int kK = 0;
@@ -81,30 +87,34 @@ struct PrefillShape {
   static constexpr int kQRaw = kV + kTileBytes;
   static constexpr int kQRot = kQRaw + kQBytes;
   static constexpr int kCsBase = kQRot + kQBytes;
-  static constexpr int kCsKBase = kCsBase + (D / 2) * 8;
+  static constexpr int kCsKBase = kCsBase + 8 * (D / 2) * 8;
   static constexpr int kCsKOff = kCsKBase + 4 * (D / 2) * 8;
   static constexpr int kSmemBytes = kCsKOff + 16 * (D / 2) * 8;
 };
 
 // Writes a warp's rows of the rotated, scaled query (rows [row0, row0 + nrows) of q_rot) from the
-// raw ones: row r is rotated by the segment's base angle (cos/sin per pair in `base`) combined
-// with the offset table's row (r / G), in fp32, and rounded once. Each lane takes two pairs per
+// raw ones: row r, at offset i = r / G from the CTA's first query, is rotated by the segment's
+// angle at 16 (i / 16) (`coarse`, per pair) combined with the offset i % 16 (`fine`), in fp32,
+// and rounded once. Each lane takes two pairs per
 // access (32-bit pieces of both halves in the half layout, 64 bits in the interleaved one); the
 // dims past rotary_dim are only scaled. rotary = 0 scales everything (the RoPE-off baseline).
 template <class T, int D>
 __device__ __forceinline__ void rotate_query_rows(const T* q_raw, T* q_rot, int row0, int nrows,
-                                                  int lane, const float2* base,
-                                                  const float2* offsets, int rotary,
+                                                  int lane, const float2* coarse,
+                                                  const float2* fine, int rotary,
                                                   bool interleaved, int group_size,
                                                   float rot_scale, float scale) {
   const int half = rotary / 2;
   const int units = half / 2;  // two pairs each
   auto at = [](int row, int d) { return swizzle<D>(row, d >> 3) + (d & 7); };
+#pragma unroll 4
   for (int u = lane; u < nrows * units; u += 32) {
     const int row = row0 + u / units, j = 2 * (u % units);
-    const float2* off = offsets + (row / group_size) * half;
-    const float2 c0 = combine_angles(base[j], __ldg(off + j));
-    const float2 c1 = combine_angles(base[j + 1], __ldg(off + j + 1));
+    const int i = row / group_size;
+    const float4 a = *reinterpret_cast<const float4*>(coarse + (i >> 4) * half + j);
+    const float4 b = *reinterpret_cast<const float4*>(fine + (i & 15) * half + j);
+    const float2 c0 = combine_angles(make_float2(a.x, a.y), make_float2(b.x, b.y));
+    const float2 c1 = combine_angles(make_float2(a.z, a.w), make_float2(b.z, b.w));
     if (interleaved) {
       const int d = 2 * j;
       uint2 v = *reinterpret_cast<const uint2*>(q_raw + at(row, d));
@@ -175,7 +185,7 @@ __global__ void __launch_bounds__(PrefillShape<D>::kThreads, PrefillShape<D>::kM
   T* vs = reinterpret_cast<T*>(smem + Shape::kV);
   T* q_raw = reinterpret_cast<T*>(smem + Shape::kQRaw);
   T* q_rot = reinterpret_cast<T*>(smem + Shape::kQRot);
-  float2* cs_base = reinterpret_cast<float2*>(smem + Shape::kCsBase);    // [pair]
+  float2* cs_seg = reinterpret_cast<float2*>(smem + Shape::kCsBase);     // [8][pair]
   float2* cs_kbase = reinterpret_cast<float2*>(smem + Shape::kCsKBase);  // [4][pair]
   float2* cs_koff = reinterpret_cast<float2*>(smem + Shape::kCsKOff);    // [16][pair]
 
@@ -208,13 +218,19 @@ __global__ void __launch_bounds__(PrefillShape<D>::kThreads, PrefillShape<D>::kM
   const float2* offset_cs =
       p.rope.offset_cs + static_cast<std::int64_t>(rope_set) * p.rope.offset_rows * half;
 
-  // One work item per request spans all its tiles; drop trailing tail tiles no row can see.
-  const int tile_begin = p.sched.work_tile_begin[b];
+  // One work item per request spans all its tiles; drop trailing tail tiles no row can see, and
+  // take this split's share of the rest.
+  int tile_begin = p.sched.work_tile_begin[b];
   int tile_end = p.sched.work_tile_end[b];
   while (tile_end > tile_begin) {
     TileInfo last = p.sched.tiles[tile_end - 1];
     if (!last.is_tail || last.key0 <= max_visible_tail) break;
     --tile_end;
+  }
+  if (p.kv_splits > 1) {
+    const int n = tile_end - tile_begin, z = blockIdx.z;
+    tile_end = tile_begin + static_cast<int>(static_cast<std::int64_t>(n) * (z + 1) / p.kv_splits);
+    tile_begin += static_cast<int>(static_cast<std::int64_t>(n) * z / p.kv_splits);
   }
 
   // This thread's rows: m-tile mt, half h -> CTA row warp * 16 MT + 16 mt + g + 8 h.
@@ -266,8 +282,12 @@ __global__ void __launch_bounds__(PrefillShape<D>::kThreads, PrefillShape<D>::kM
   auto delta_of = [&](const TileInfo& ti) {
     return kRope && ti.form != kRawForm ? m_first - ti.seg_start : m_first;
   };
-  auto compute_base = [&](std::int64_t delta) {
-    for (int j = tid; j < half; j += kThreads) cs_base[j] = rope_cos_sin(delta, turns[j]);
+  // The segment rotation at the coarse row offsets this CTA's rows reach: exact angles of
+  // delta + 16a, a < ceil(128 / G / 16).
+  const int coarse_rows = (kPrefillRows / G + 15) / 16;
+  auto compute_seg = [&](std::int64_t delta) {
+    for (int i = tid; i < coarse_rows * half; i += kThreads)
+      cs_seg[i] = rope_cos_sin(delta + 16 * (i / half), turns[i % half]);
   };
   auto compute_kbase = [&](const TileInfo& ti) {
     const std::int64_t n0 = ti.seg_start + ti.key0;
@@ -278,7 +298,7 @@ __global__ void __launch_bounds__(PrefillShape<D>::kThreads, PrefillShape<D>::kM
   };
   if (kRope) {
     for (int i = tid; i < 16 * half; i += kThreads) cs_koff[i] = offset_cs[i];
-    compute_base(delta_of(cur));
+    compute_seg(delta_of(cur));
     if (cur.form == kRawForm) compute_kbase(cur);
   }
 
@@ -319,7 +339,7 @@ __global__ void __launch_bounds__(PrefillShape<D>::kThreads, PrefillShape<D>::kM
     const std::int64_t delta = delta_of(ti);
     if (!q_ready || (kRope && delta != q_delta)) {
       const float scale = p.sm_scale_log2;
-      rotate_query_rows<T, D>(q_raw, q_rot, warp_row0, 16 * MT, lane, cs_base, offset_cs,
+      rotate_query_rows<T, D>(q_raw, q_rot, warp_row0, 16 * MT, lane, cs_seg, cs_koff,
                               kRope ? rotary : 0, interleaved, G,
                               kRope ? scale * p.rope.query_scale : scale, scale);
       __syncwarp();
@@ -383,13 +403,13 @@ __global__ void __launch_bounds__(PrefillShape<D>::kThreads, PrefillShape<D>::kM
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
         float m_new = fmaxf(row_max[mt][h], mx);
         float m_use = m_new == -INFINITY ? 0.0f : m_new;  // fully masked so far: exp2 -> 0, no NaN
-        float scale = exp2f(row_max[mt][h] - m_use);
+        float scale = ptx::exp2_approx(row_max[mt][h] - m_use);
         row_max[mt][h] = m_new;
         float sum = 0.0f;
 #pragma unroll
         for (int n = 0; n < 8; ++n) {
-          sc[mt][n][2 * h] = exp2f(sc[mt][n][2 * h] - m_use);
-          sc[mt][n][2 * h + 1] = exp2f(sc[mt][n][2 * h + 1] - m_use);
+          sc[mt][n][2 * h] = ptx::exp2_approx(sc[mt][n][2 * h] - m_use);
+          sc[mt][n][2 * h + 1] = ptx::exp2_approx(sc[mt][n][2 * h + 1] - m_use);
           sum += sc[mt][n][2 * h] + sc[mt][n][2 * h + 1];
         }
         row_sum[mt][h] = row_sum[mt][h] * scale + sum;
@@ -409,7 +429,7 @@ __global__ void __launch_bounds__(PrefillShape<D>::kThreads, PrefillShape<D>::kM
     // The next tile's tables, read after the next top barrier (this tile's are no longer used).
     if (kRope && tile + 1 < tile_end) {
       const std::int64_t next_delta = delta_of(cur);
-      if (next_delta != delta) compute_base(next_delta);
+      if (next_delta != delta) compute_seg(next_delta);
       if (cur.form == kRawForm) compute_kbase(cur);
     }
 
@@ -453,20 +473,66 @@ __global__ void __launch_bounds__(PrefillShape<D>::kThreads, PrefillShape<D>::kM
       const std::int64_t out_row = static_cast<std::int64_t>(q_row0 + R / G) * p.num_qo_heads +
                                    kv_head * G + R % G;
       const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+      const float lse2 = sum > 0.0f ? row_max[mt][h] + log2f(sum) : -INFINITY;
+      if (p.kv_splits > 1) {
+        const std::int64_t slot =
+            static_cast<std::int64_t>(blockIdx.z) * p.plan.num_queries * p.num_qo_heads + out_row;
+        float* o = p.partial_o + slot * D;
+#pragma unroll
+        for (int n = 0; n < D / 8; ++n)
+          *reinterpret_cast<float2*>(o + n * 8 + 2 * t4) =
+              make_float2(acc[mt][n][2 * h] * inv, acc[mt][n][2 * h + 1] * inv);
+        if (t4 == 0) p.partial_lse[slot] = lse2;
+        continue;
+      }
       T* o = static_cast<T*>(p.o) + out_row * D;
 #pragma unroll
       for (int n = 0; n < D / 8; ++n) {
         std::uint32_t v = ptx::pack2<T>(acc[mt][n][2 * h] * inv, acc[mt][n][2 * h + 1] * inv);
         *reinterpret_cast<std::uint32_t*>(o + n * 8 + 2 * t4) = v;
       }
-      if (t4 == 0 && p.maybe_lse)
-        p.maybe_lse[out_row] =
-            sum > 0.0f ? (row_max[mt][h] + log2f(sum)) * 0.6931471805599453f : -INFINITY;
+      if (t4 == 0 && p.maybe_lse) p.maybe_lse[out_row] = lse2 * 0.6931471805599453f;
     }
   }
 }
 
+// Merges the splits' partial states of one output row per warp: weights 2^(lse_z - max).
+template <class T, int D>
+__global__ void prefill_merge_kernel(const float* partial_o, const float* partial_lse, T* out,
+                                     float* maybe_lse, std::int64_t rows, int splits) {
+  const std::int64_t row = (static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
+  const int lane = threadIdx.x & 31;
+  if (row >= rows) return;
+  float mx = -INFINITY;
+  for (int z = 0; z < splits; ++z) mx = fmaxf(mx, partial_lse[z * rows + row]);
+  constexpr int kPer = D / 32;
+  float o[kPer] = {};
+  float total = 0.0f;
+  if (mx != -INFINITY) {
+    for (int z = 0; z < splits; ++z) {
+      const float w = exp2f(partial_lse[z * rows + row] - mx);
+      total += w;
+      const float* src = partial_o + (z * rows + row) * D + lane * kPer;
+#pragma unroll
+      for (int i = 0; i < kPer; ++i) o[i] += w * src[i];
+    }
+  }
+  const float inv = total > 0.0f ? 1.0f / total : 0.0f;
+  T* dst = out + row * D + lane * kPer;
+#pragma unroll
+  for (int i = 0; i < kPer; i += 2)
+    *reinterpret_cast<std::uint32_t*>(dst + i) = ptx::pack2<T>(o[i] * inv, o[i + 1] * inv);
+  if (lane == 0 && maybe_lse)
+    maybe_lse[row] = total > 0.0f ? (mx + log2f(total)) * 0.6931471805599453f : -INFINITY;
+}
+
 }  // namespace detail
+
+// Partial outputs of split-KV prefill; grows on demand (size it once before graph capture).
+struct PrefillWorkspace {
+  DeviceBuffer<float> partial_o;
+  DeviceBuffer<float> partial_lse;
+};
 
 struct PrefillArgs {
   DType dtype = DType::kBFloat16;
@@ -476,12 +542,16 @@ struct PrefillArgs {
   int layer = 0;
   AttentionParams params;
   bool rope = true;  // false: the RoPE-off baseline (queries and keys pre-rotated)
+  // Key-range splits per query tile: 0 picks (enough CTAs to fill the GPU when the query tiles
+  // alone do not), 1 none, N forces N. Splits need a workspace.
+  int kv_splits = 0;
 };
 
 // Launches the prefill for one layer over a plan uploaded with make_prefill_schedule. The K/V of
 // the new tail tokens must already be in their pages (write_tokens). No host synchronisation.
+// With a workspace, query tiles too few to fill the GPU split their key range (args.kv_splits).
 inline void prefill(const PrefillArgs& args, const DevicePool& pool, const DevicePlan& plan,
-                    const DeviceRope& rope, cudaStream_t stream = nullptr) {
+                    const DeviceRope& rope, PrefillWorkspace* ws, cudaStream_t stream = nullptr) {
   const char* w = "cuda::prefill";
   const AttentionParams& ap = args.params;
   ap.check(w);
@@ -499,6 +569,10 @@ inline void prefill(const PrefillArgs& args, const DevicePool& pool, const Devic
   LAZYATTN_CHECK(ap.logits_soft_cap == 0.0, w, ": logits_soft_cap ", ap.logits_soft_cap,
                  ", expected 0 (soft cap is not implemented in the CUDA kernels)");
   LAZYATTN_CHECK(args.q && args.o, w, ": q and o must be device pointers, got null");
+  LAZYATTN_CHECK(args.kv_splits >= 0 && args.kv_splits <= 64, w, ": kv_splits ", args.kv_splits,
+                 ", expected 0 (automatic) to 64");
+  LAZYATTN_CHECK(args.kv_splits <= 1 || ws, w, ": kv_splits ", args.kv_splits,
+                 " needs a PrefillWorkspace, got none");
   const PlanView& pv = plan.view();
   const DecodeScheduleView& sv = plan.schedule();
   LAZYATTN_CHECK(sv.rows_per_qtile == detail::kPrefillRows, w, ": schedule rows_per_qtile ",
@@ -514,9 +588,8 @@ inline void prefill(const PrefillArgs& args, const DevicePool& pool, const Devic
     LAZYATTN_CHECK(rv.rotary_dim % (rv.interleaved ? 16 : 32) == 0, w, ": rotary_dim ",
                    rv.rotary_dim, ", expected a multiple of ", rv.interleaved ? 16 : 32,
                    " for the CUDA kernels");
-    const int need = std::max(16, detail::kPrefillRows / ap.group_size());
-    LAZYATTN_CHECK(rv.offset_rows >= need, w, ": rope offset table of ", rv.offset_rows,
-                   " rows, expected >= ", need, " (DeviceRope's offset_rows)");
+    LAZYATTN_CHECK(rv.offset_rows >= 16, w, ": rope offset table of ", rv.offset_rows,
+                   " rows, expected >= 16 (DeviceRope's offset_rows)");
   }
   if (sv.num_qtiles == 0) return;
 
@@ -537,6 +610,23 @@ inline void prefill(const PrefillArgs& args, const DevicePool& pool, const Devic
   int log2_page = 0;
   while ((1 << log2_page) < geo.page_size) ++log2_page;
   p.page_size_log2 = log2_page;
+  int splits = args.kv_splits;
+  if (splits == 0) {  // enough CTAs for one full wave, each split at least 4 key tiles
+    const std::int64_t ctas = static_cast<std::int64_t>(sv.num_qtiles) * ap.num_kv_heads;
+    const std::int64_t capacity = std::int64_t{device_sm_count()} * (ap.head_dim <= 128 ? 2 : 1);
+    const std::int64_t tiles = sv.num_tiles / std::max(1, pv.num_requests);
+    splits = ws ? static_cast<int>(std::clamp<std::int64_t>(
+                      std::min(capacity / ctas, tiles / 4), 1, 16))
+                : 1;
+  }
+  const std::int64_t out_rows = static_cast<std::int64_t>(pv.num_queries) * ap.num_qo_heads;
+  if (splits > 1) {
+    ws->partial_o.reserve(static_cast<std::size_t>(splits * out_rows * ap.head_dim));
+    ws->partial_lse.reserve(static_cast<std::size_t>(splits * out_rows));
+    p.kv_splits = splits;
+    p.partial_o = ws->partial_o.data();
+    p.partial_lse = ws->partial_lse.data();
+  }
 
   dispatch_dtype(args.dtype, [&](auto tag) {
     using E = decltype(tag);
@@ -547,15 +637,31 @@ inline void prefill(const PrefillArgs& args, const DevicePool& pool, const Devic
         using Shape = detail::PrefillShape<D>;
         auto launch = [&](auto kernel) {
           prepare_kernel(kernel, Shape::kSmemBytes);
-          dim3 grid(static_cast<unsigned>(sv.num_qtiles), static_cast<unsigned>(ap.num_kv_heads));
+          dim3 grid(static_cast<unsigned>(sv.num_qtiles), static_cast<unsigned>(ap.num_kv_heads),
+                    static_cast<unsigned>(splits));
           kernel<<<grid, Shape::kThreads, Shape::kSmemBytes, stream>>>(p);
           LAZYATTN_CUDA_CHECK_LAUNCH();
         };
         if (args.rope) launch(detail::prefill_kernel<T, D, true>);
         else launch(detail::prefill_kernel<T, D, false>);
+        if (splits > 1) {
+          constexpr int kMergeThreads = 256;
+          const std::int64_t blocks = (out_rows * 32 + kMergeThreads - 1) / kMergeThreads;
+          detail::prefill_merge_kernel<T, D><<<static_cast<unsigned>(blocks), kMergeThreads, 0,
+                                               stream>>>(p.partial_o, p.partial_lse,
+                                                         static_cast<T*>(args.o), args.maybe_lse,
+                                                         out_rows, splits);
+          LAZYATTN_CUDA_CHECK_LAUNCH();
+        }
       });
     }
   });
+}
+
+// Without a workspace: no key-range splits (kv_splits must be 0 or 1).
+inline void prefill(const PrefillArgs& args, const DevicePool& pool, const DevicePlan& plan,
+                    const DeviceRope& rope, cudaStream_t stream = nullptr) {
+  prefill(args, pool, plan, rope, nullptr, stream);
 }
 
 }  // namespace lazyattn::cuda

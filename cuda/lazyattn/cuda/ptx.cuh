@@ -68,6 +68,13 @@ __device__ __forceinline__ void mma_16816(float (&d)[4], const std::uint32_t (&a
   }
 }
 
+// 2^x in one MUFU.EX2 (ex2.approx.ftz: relative error about 2^-22, denormals flushed); -inf -> 0.
+__device__ __forceinline__ float exp2_approx(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
 // Two floats rounded (nearest even) into one 32-bit register of two 16-bit elements, lo first.
 template <class T>
 __device__ __forceinline__ std::uint32_t pack2(float lo, float hi) {
