@@ -175,7 +175,7 @@ def decode_case(mode, group, rope_name, dtype, failures, rows, num_kv_heads=8, h
     docs_kv = [(randn(layers, n, num_kv_heads, head_dim), randn(layers, n, num_kv_heads, head_dim))
                for n in doc_lengths]
     # Per request: which documents, at which starts, and the tail's length; document 2 is in
-    # every request, document 0 twice in request 1; request 2 has gaps and a large position.
+    # every request, document 0 twice in request 1; request 2 has gaps; request 3 sits at 2^20.
     requests = [
         {"docs": [2, 0, 1], "starts": None, "base": 0, "tail": 7},
         {"docs": [0, 2, 3, 0], "starts": None, "base": 0, "tail": 33},
