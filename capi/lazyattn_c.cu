@@ -50,7 +50,8 @@ lazyattn_status guarded(const char* where, F&& f) noexcept {
     std::string_view m = e.what();
     // Messages raised in this file already start with the entry point's name.
     try {
-      last_error_text() = m.starts_with(where) ? std::string(m) : std::string(where) + ": " + e.what();
+      last_error_text() =
+          m.starts_with(where) ? std::string(m) : std::string(where) + ": " + e.what();
     } catch (...) {
     }
     return is_cuda_failure(m) ? LAZYATTN_ERROR_CUDA : LAZYATTN_ERROR_INVALID_ARGUMENT;
@@ -239,8 +240,10 @@ struct lazyattn_pool_t {
     const std::size_t count = static_cast<std::size_t>(n);
     const std::size_t pos_offset = (2 * count * sizeof(std::int32_t) + 15) / 16 * 16;
     const std::size_t bytes = pos_offset + dst.rotate_position.size() * sizeof(std::int64_t);
-    if (scratch_free) LAZYATTN_CUDA_CHECK(cudaEventSynchronize(scratch_free));
-    else LAZYATTN_CUDA_CHECK(cudaEventCreateWithFlags(&scratch_free, cudaEventDisableTiming));
+    if (scratch_free)
+      LAZYATTN_CUDA_CHECK(cudaEventSynchronize(scratch_free));
+    else
+      LAZYATTN_CUDA_CHECK(cudaEventCreateWithFlags(&scratch_free, cudaEventDisableTiming));
     if (bytes > staging_bytes) {
       if (staging) LAZYATTN_CUDA_CHECK(cudaFreeHost(staging));
       staging = nullptr;
@@ -275,7 +278,7 @@ struct lazyattn_pool_t {
 struct lazyattn_plan_t {
   lazyattn_pool_t* pool = nullptr;  // compared, never dereferenced once the plan exists
   int device = 0;
-  lazyattn_rope_t* rope_source = nullptr;  // the rope the plan's own frequency sets come from
+  lazyattn_rope_t* rope_source = nullptr;      // the rope the plan's own frequency sets come from
   std::unique_ptr<cuda::DeviceRope> own_rope;  // length-dependent schedules only
   cuda::DevicePlan device_plan;
   // The split-KV partial states are the plan's own, so that plans of different pools or layers
@@ -490,8 +493,8 @@ lazyattn_status lazyattn_tail_reserve(lazyattn_pool pool, lazyattn_tail tail, in
 }
 
 lazyattn_status lazyattn_tail_write(lazyattn_pool pool, lazyattn_rope rope, lazyattn_tail tail,
-                                    int32_t layer, int64_t first, int64_t num_tokens,
-                                    const void* k, const void* v, void* stream) {
+                                    int32_t layer, int64_t first, int64_t num_tokens, const void* k,
+                                    const void* v, void* stream) {
   const char* w = "lazyattn_tail_write";
   return guarded(w, [&] {
     check_handle(pool, w, "lazyattn_pool");
@@ -580,7 +583,8 @@ lazyattn_status lazyattn_plan_create(lazyattn_pool pool, lazyattn_rope rope,
     opt.num_sms = pool->sm_count;
     opt.ctas_per_sm = pool->ctas_per_sm;
     opt.forced_splits = forced_splits;
-    cuda::DecodeSchedule schedule = cuda::make_decode_schedule(plan, pool->config.num_kv_heads, opt);
+    cuda::DecodeSchedule schedule =
+        cuda::make_decode_schedule(plan, pool->config.num_kv_heads, opt);
     handle->device_plan.upload(plan, schedule, as_stream(stream));
     handle->num_requests = plan.num_requests();
     for (std::int64_t n : plan.request_kv_length) handle->num_keys += n;

@@ -50,7 +50,7 @@ typedef uint64_t lazyattn_tail;
 /* One segment of a request's layout (docs/04-layouts.md): keys [0, length) of a document or of
  * the tail, at logical positions start + i. */
 typedef struct lazyattn_segment {
-  int32_t kind;   /* LAZYATTN_SEGMENT_DOCUMENT or LAZYATTN_SEGMENT_TAIL */
+  int32_t kind;    /* LAZYATTN_SEGMENT_DOCUMENT or LAZYATTN_SEGMENT_TAIL */
   int32_t pad_;    /* zero */
   uint64_t handle; /* a lazyattn_doc or a lazyattn_tail, per kind */
   int64_t length;  /* a document may be cut to a prefix; a tail must be given whole */
@@ -85,16 +85,15 @@ LAZYATTN_C_API lazyattn_status lazyattn_pool_stats_get(lazyattn_pool pool,
                                                        lazyattn_pool_stats* out);
 
 /* ---- RoPE ------------------------------------------------------------------------------------
- * From a Hugging Face config.json text (rope_theta, rope_scaling or rope_parameters, head_dim or
- * hidden_size / num_attention_heads, partial_rotary_factor, ...): lazyattn::rope_policy_from_json. */
+ * From a Hugging Face config.json text (rope_theta, rope_scaling or rope_parameters, head_dim
+ * or hidden_size / num_attention_heads, partial_rotary_factor, ...): rope_policy_from_json. */
 LAZYATTN_C_API lazyattn_status lazyattn_rope_create_json(const char* config_json,
                                                          lazyattn_rope* out);
 LAZYATTN_C_API lazyattn_status lazyattn_rope_destroy(lazyattn_rope rope); /* NULL: no-op */
 /* head_dim, rotary_dim, and 1 when the schedule depends on the request length (dynamic,
  * longrope: raw form only). Any out pointer may be NULL. */
 LAZYATTN_C_API lazyattn_status lazyattn_rope_info(lazyattn_rope rope, int32_t* head_dim,
-                                                  int32_t* rotary_dim,
-                                                  int32_t* depends_on_length);
+                                                  int32_t* rotary_dim, int32_t* depends_on_length);
 
 /* ---- documents -------------------------------------------------------------------------------
  * allocate reserves pages for `length` tokens under the 128-bit key (key_hi, key_lo) in `form`
@@ -102,16 +101,15 @@ LAZYATTN_C_API lazyattn_status lazyattn_rope_info(lazyattn_rope rope, int32_t* h
  * pinned with *inserted = 0 and nothing needs writing. Write every layer's tokens, then commit;
  * plans refuse a document that is not committed. unpin lets LRU eviction take it. */
 LAZYATTN_C_API lazyattn_status lazyattn_doc_allocate(lazyattn_pool pool, uint64_t key_hi,
-                                                     uint64_t key_lo, int32_t form,
-                                                     int64_t length, lazyattn_doc* out,
-                                                     int32_t* inserted);
+                                                     uint64_t key_lo, int32_t form, int64_t length,
+                                                     lazyattn_doc* out, int32_t* inserted);
 /* Writes tokens [first, first + num_tokens) of one layer from device arrays k, v
  * [num_tokens, num_kv_heads, head_dim] of the pool's dtype. Local form: K is rotated on the way
  * at each token's index in the document (rope required); raw form: copied (rope may be NULL). */
 LAZYATTN_C_API lazyattn_status lazyattn_doc_write(lazyattn_pool pool, lazyattn_rope rope,
                                                   lazyattn_doc doc, int32_t layer, int64_t first,
-                                                  int64_t num_tokens, const void* k,
-                                                  const void* v, void* stream);
+                                                  int64_t num_tokens, const void* k, const void* v,
+                                                  void* stream);
 LAZYATTN_C_API lazyattn_status lazyattn_doc_commit(lazyattn_pool pool, lazyattn_doc doc);
 LAZYATTN_C_API lazyattn_status lazyattn_doc_pin(lazyattn_pool pool, lazyattn_doc doc);
 LAZYATTN_C_API lazyattn_status lazyattn_doc_unpin(lazyattn_pool pool, lazyattn_doc doc);
@@ -136,9 +134,9 @@ LAZYATTN_C_API lazyattn_status lazyattn_tail_create(lazyattn_pool pool, int32_t 
 LAZYATTN_C_API lazyattn_status lazyattn_tail_reserve(lazyattn_pool pool, lazyattn_tail tail,
                                                      int64_t n, int64_t* first);
 LAZYATTN_C_API lazyattn_status lazyattn_tail_write(lazyattn_pool pool, lazyattn_rope rope,
-                                                   lazyattn_tail tail, int32_t layer,
-                                                   int64_t first, int64_t num_tokens,
-                                                   const void* k, const void* v, void* stream);
+                                                   lazyattn_tail tail, int32_t layer, int64_t first,
+                                                   int64_t num_tokens, const void* k, const void* v,
+                                                   void* stream);
 LAZYATTN_C_API lazyattn_status lazyattn_tail_release(lazyattn_pool pool, lazyattn_tail tail);
 LAZYATTN_C_API lazyattn_status lazyattn_tail_info(lazyattn_pool pool, lazyattn_tail tail,
                                                   int64_t* length, int32_t* form);
@@ -178,7 +176,7 @@ LAZYATTN_C_API lazyattn_status lazyattn_decode(lazyattn_pool pool, lazyattn_plan
                                                void* stream);
 
 #ifdef __cplusplus
-}  /* extern "C" */
+} /* extern "C" */
 #endif
 
 #endif /* LAZYATTN_C_H_ */

@@ -39,8 +39,8 @@ using lazyattn::test::ref::ScenarioSpec;
 
 namespace {
 
-constexpr int kSteps = 20;          // decode steps replayed from one capture
-constexpr int kMaxQuestion = 30;    // tokens in a tail before the first step: 0..kMaxQuestion
+constexpr int kSteps = 20;        // decode steps replayed from one capture
+constexpr int kMaxQuestion = 30;  // tokens in a tail before the first step: 0..kMaxQuestion
 static_assert(kSteps + kMaxQuestion <= 64, "the tails must stay inside one 64-key tile");
 
 // Step t's plan: request b's tail cut to tail_length[b] tokens, the last of them the query. Made
@@ -186,7 +186,8 @@ void run_graph_case(const GraphCase& c) {
   // the step's host plan.
   std::vector<float> k_new, v_new;
   std::vector<std::byte> k_bits, v_bits, q_bits;
-  std::vector<std::int32_t> h_page(static_cast<std::size_t>(B)), h_slot(static_cast<std::size_t>(B));
+  std::vector<std::int32_t> h_page(static_cast<std::size_t>(B)),
+      h_slot(static_cast<std::size_t>(B));
   std::vector<std::int64_t> h_pos(static_cast<std::size_t>(B));
   auto prepare_step = [&](int t) {
     k_new = random_normal(static_cast<std::size_t>(B) * Hkv * D, rng);
@@ -212,12 +213,12 @@ void run_graph_case(const GraphCase& c) {
     Plan plan = step_plan(full, lengths_at(t));
     cuda::DecodeSchedule sched = cuda::make_decode_schedule(plan, Hkv, opt);
     ds.plan.upload(plan, sched, stream);
-    LAZYATTN_CUDA_CHECK(cudaMemcpyAsync(d_k.data(), k_bits.data(), k_bits.size(),
-                                        cudaMemcpyHostToDevice, stream));
-    LAZYATTN_CUDA_CHECK(cudaMemcpyAsync(d_v.data(), v_bits.data(), v_bits.size(),
-                                        cudaMemcpyHostToDevice, stream));
-    LAZYATTN_CUDA_CHECK(cudaMemcpyAsync(ds.q.data(), q_bits.data(), q_bits.size(),
-                                        cudaMemcpyHostToDevice, stream));
+    LAZYATTN_CUDA_CHECK(
+        cudaMemcpyAsync(d_k.data(), k_bits.data(), k_bits.size(), cudaMemcpyHostToDevice, stream));
+    LAZYATTN_CUDA_CHECK(
+        cudaMemcpyAsync(d_v.data(), v_bits.data(), v_bits.size(), cudaMemcpyHostToDevice, stream));
+    LAZYATTN_CUDA_CHECK(
+        cudaMemcpyAsync(ds.q.data(), q_bits.data(), q_bits.size(), cudaMemcpyHostToDevice, stream));
     LAZYATTN_CUDA_CHECK(cudaMemcpyAsync(d_page.data(), h_page.data(), B * sizeof(std::int32_t),
                                         cudaMemcpyHostToDevice, stream));
     LAZYATTN_CUDA_CHECK(cudaMemcpyAsync(d_slot.data(), h_slot.data(), B * sizeof(std::int32_t),
@@ -234,8 +235,8 @@ void run_graph_case(const GraphCase& c) {
   };
   // The step: append the new token of every request, then decode with it as the query.
   auto step = [&] {
-    cuda::write_tokens(ds.pool, spec.layer, d_k.data(), d_v.data(), B, d_page.data(),
-                       d_slot.data(), local ? d_pos.data() : nullptr, ds.rope, stream);
+    cuda::write_tokens(ds.pool, spec.layer, d_k.data(), d_v.data(), B, d_page.data(), d_slot.data(),
+                       local ? d_pos.data() : nullptr, ds.rope, stream);
     cuda::decode(ds.args(true, ds.q.data()), ds.pool, ds.plan, ds.rope, ds.ws, stream);
   };
 
@@ -255,8 +256,7 @@ void run_graph_case(const GraphCase& c) {
   for (int t = 0; t < kSteps; ++t) {
     INFO("step " << t);
     Plan plan = prepare_step(t);
-    REQUIRE(same_device_layout(ds.plan.view(), ds.plan.schedule(), captured_plan,
-                               captured_sched));
+    REQUIRE(same_device_layout(ds.plan.view(), ds.plan.schedule(), captured_plan, captured_sched));
     poison();
     LAZYATTN_CUDA_CHECK(cudaGraphLaunch(exec, stream));
     LAZYATTN_CUDA_CHECK(cudaStreamSynchronize(stream));
@@ -282,11 +282,12 @@ void run_graph_case(const GraphCase& c) {
           std::vector<double> x(static_cast<std::size_t>(D));
           for (int d = 0; d < D; ++d) x[d] = to_float(k_in[in + d]);
           if (local)
-            rope::rotate(sc.rope.base_frequencies(), h_pos[b], std::span<double>(x.data(), x.size()));
+            rope::rotate(sc.rope.base_frequencies(), h_pos[b],
+                         std::span<double>(x.data(), x.size()));
           const std::int64_t at = geo.offset(spec.layer, h_page[b], h, h_slot[b]);
           for (int d = 0; d < D; ++d) {
-            worst_k = std::max(worst_k, std::fabs(to_float(kp[at + d]) - x[d]) /
-                                            (std::fabs(x[d]) + 0.05));
+            worst_k = std::max(worst_k,
+                               std::fabs(to_float(kp[at + d]) - x[d]) / (std::fabs(x[d]) + 0.05));
             v_mismatches += to_float(vp[at + d]) == to_float(v_in[in + d]) ? 0 : 1;
           }
         }

@@ -235,12 +235,6 @@ __global__ void __launch_bounds__(PrefillShape<D>::kThreads, PrefillShape<D>::kM
 
   // This thread's rows: m-tile mt, half h -> CTA row warp * 16 MT + 16 mt + g + 8 h.
   const int warp_row0 = warp * 16 * MT;
-  int q_off[MT][2];  // (m_i - m_first) of each row
-#pragma unroll
-  for (int mt = 0; mt < MT; ++mt) {
-    q_off[mt][0] = (warp_row0 + 16 * mt + g) / G;
-    q_off[mt][1] = (warp_row0 + 16 * mt + g + 8) / G;
-  }
 
   // ---- the raw query tile: rows (query i_first + r / G, head r % G), zero past the request ----
   {
@@ -275,7 +269,6 @@ __global__ void __launch_bounds__(PrefillShape<D>::kThreads, PrefillShape<D>::kM
   stream.fetch_pages(cur, pages);
   if (tile_begin < tile_end) stream.issue_one(stream.k, cur, pages, ks);
   ptx::cp_async_commit();
-  TileInfo next = stream.info(tile_begin + 1);
 
   const std::uint8_t kRawForm = static_cast<std::uint8_t>(StorageForm::kRaw);
   // The query rotation a tile needs: by m_first for raw keys, by m_first - s for local ones.
@@ -324,9 +317,8 @@ __global__ void __launch_bounds__(PrefillShape<D>::kThreads, PrefillShape<D>::kM
     const TileInfo ti = cur;
     stream.issue_one(stream.v, ti, pages, vs);
     ptx::cp_async_commit();
-    cur = next;
+    cur = stream.info(tile + 1);     // (its record was prefetched into L2)
     stream.fetch_pages(cur, pages);  // the next tile's page ids, in flight under Q K^T
-    next = stream.info(tile + 2);
     const bool raw = kRope && ti.form == kRawForm;
 
     // ---- raw form: rotate this K tile in shared memory, once for all warps --------------------
@@ -386,7 +378,8 @@ __global__ void __launch_bounds__(PrefillShape<D>::kThreads, PrefillShape<D>::kM
             int key = 8 * n + 2 * t4 + (e & 1);
             bool hidden = key >= ti.rows;
             if (tail_mask)
-              hidden = hidden || ti.key0 + key > causal_offset + i_first + q_off[mt][e >> 1];
+              hidden = hidden || ti.key0 + key > causal_offset + i_first +
+                                     (warp_row0 + 16 * mt + g + 8 * (e >> 1)) / G;
             if (hidden) sc[mt][n][e] = -INFINITY;
           }
     }
@@ -426,12 +419,6 @@ __global__ void __launch_bounds__(PrefillShape<D>::kThreads, PrefillShape<D>::kM
     __syncthreads();
     if (tile + 1 < tile_end) stream.issue_one(stream.k, cur, pages, ks);
     ptx::cp_async_commit();
-    // The next tile's tables, read after the next top barrier (this tile's are no longer used).
-    if (kRope && tile + 1 < tile_end) {
-      const std::int64_t next_delta = delta_of(cur);
-      if (next_delta != delta) compute_seg(next_delta);
-      if (cur.form == kRawForm) compute_kbase(cur);
-    }
 
     // ---- O += P V ------------------------------------------------------------------------------
 #pragma unroll
@@ -455,6 +442,14 @@ __global__ void __launch_bounds__(PrefillShape<D>::kThreads, PrefillShape<D>::kM
           ptx::mma_16816<T>(acc[mt][c + 1], pa[mt], vb[2], vb[3]);
         }
       }
+    }
+
+    // The next tile's tables, read after the next top barrier (every warp is past this tile's
+    // uses); computed here, where the scores are dead, to keep register pressure off the softmax.
+    if (kRope && tile + 1 < tile_end) {
+      const std::int64_t next_delta = delta_of(cur);
+      if (next_delta != delta) compute_seg(next_delta);
+      if (cur.form == kRawForm) compute_kbase(cur);
     }
   }
   ptx::cp_async_wait<0>();
