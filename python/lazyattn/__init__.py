@@ -26,7 +26,6 @@ __all__ = ["Rope", "Pool", "Document", "Tail", "Plan", "LazyAttnError", "LazyAtt
 
 _DTYPES = {torch.float16: _capi.DTYPE_FLOAT16, torch.bfloat16: _capi.DTYPE_BFLOAT16}
 _FORMS = {"raw": _capi.FORM_RAW, "local": _capi.FORM_LOCAL}
-_FORM_NAMES = {v: k for k, v in _FORMS.items()}
 
 
 def library_path():

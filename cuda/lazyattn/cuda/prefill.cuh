@@ -95,51 +95,58 @@ struct PrefillShape {
 // Writes a warp's rows of the rotated, scaled query (rows [row0, row0 + nrows) of q_rot) from the
 // raw ones: row r, at offset i = r / G from the CTA's first query, is rotated by the segment's
 // angle at 16 (i / 16) (`coarse`, per pair) combined with the offset i % 16 (`fine`), in fp32,
-// and rounded once. Each lane takes two pairs per
-// access (32-bit pieces of both halves in the half layout, 64 bits in the interleaved one); the
-// dims past rotary_dim are only scaled. rotary = 0 scales everything (the RoPE-off baseline).
+// and rounded once. Each lane takes two pairs per access (32-bit pieces of both halves in the
+// half layout, 64 bits in the interleaved one); the dims past rotary_dim are only scaled.
+// rotary = 0 scales everything (the RoPE-off baseline). G (a divisor of 128) is a power of two.
 template <class T, int D>
 __device__ __forceinline__ void rotate_query_rows(const T* q_raw, T* q_rot, int row0, int nrows,
                                                   int lane, const float2* coarse,
                                                   const float2* fine, int rotary,
-                                                  bool interleaved, int group_size,
+                                                  bool interleaved, int log2_group,
                                                   float rot_scale, float scale) {
   const int half = rotary / 2;
-  const int units = half / 2;  // two pairs each
   auto at = [](int row, int d) { return swizzle<D>(row, d >> 3) + (d & 7); };
-#pragma unroll 4
-  for (int u = lane; u < nrows * units; u += 32) {
-    const int row = row0 + u / units, j = 2 * (u % units);
-    const int i = row / group_size;
-    const float4 a = *reinterpret_cast<const float4*>(coarse + (i >> 4) * half + j);
-    const float4 b = *reinterpret_cast<const float4*>(fine + (i & 15) * half + j);
-    const float2 c0 = combine_angles(make_float2(a.x, a.y), make_float2(b.x, b.y));
-    const float2 c1 = combine_angles(make_float2(a.z, a.w), make_float2(b.z, b.w));
-    if (interleaved) {
-      const int d = 2 * j;
-      uint2 v = *reinterpret_cast<const uint2*>(q_raw + at(row, d));
-      float2 x = ptx::unpack2<T>(v.x), y = ptx::unpack2<T>(v.y);
-      rotate_pair(x.x, x.y, c0);
-      rotate_pair(y.x, y.y, c1);
-      v.x = ptx::pack2<T>(x.x * rot_scale, x.y * rot_scale);
-      v.y = ptx::pack2<T>(y.x * rot_scale, y.y * rot_scale);
-      *reinterpret_cast<uint2*>(q_rot + at(row, d)) = v;
-    } else {
-      float2 x = ptx::unpack2<T>(*reinterpret_cast<const std::uint32_t*>(q_raw + at(row, j)));
-      float2 y = ptx::unpack2<T>(*reinterpret_cast<const std::uint32_t*>(q_raw + at(row, j + half)));
-      rotate_pair(x.x, y.x, c0);
-      rotate_pair(x.y, y.y, c1);
-      *reinterpret_cast<std::uint32_t*>(q_rot + at(row, j)) =
-          ptx::pack2<T>(x.x * rot_scale, x.y * rot_scale);
-      *reinterpret_cast<std::uint32_t*>(q_rot + at(row, j + half)) =
-          ptx::pack2<T>(y.x * rot_scale, y.y * rot_scale);
+  // Lane u takes pairs (2u, 2u + 1) of every row; the G rows of one query share their angles.
+  const int i_lo = row0 >> log2_group, i_hi = (row0 + nrows - 1) >> log2_group;
+  for (int u = lane; u < half / 2; u += 32) {
+    const int j = 2 * u;
+    for (int i = i_lo; i <= i_hi; ++i) {
+      const float4 a = *reinterpret_cast<const float4*>(coarse + (i >> 4) * half + j);
+      const float4 b = *reinterpret_cast<const float4*>(fine + (i & 15) * half + j);
+      const float2 c0 = combine_angles(make_float2(a.x, a.y), make_float2(b.x, b.y));
+      const float2 c1 = combine_angles(make_float2(a.z, a.w), make_float2(b.z, b.w));
+      const int r_end = min(row0 + nrows, (i + 1) << log2_group);
+      for (int row = max(row0, i << log2_group); row < r_end; ++row) {
+        if (interleaved) {
+          const int d = 2 * j;
+          uint2 v = *reinterpret_cast<const uint2*>(q_raw + at(row, d));
+          float2 x = ptx::unpack2<T>(v.x), y = ptx::unpack2<T>(v.y);
+          rotate_pair(x.x, x.y, c0);
+          rotate_pair(y.x, y.y, c1);
+          v.x = ptx::pack2<T>(x.x * rot_scale, x.y * rot_scale);
+          v.y = ptx::pack2<T>(y.x * rot_scale, y.y * rot_scale);
+          *reinterpret_cast<uint2*>(q_rot + at(row, d)) = v;
+        } else {
+          auto* xs = reinterpret_cast<const std::uint32_t*>(q_raw + at(row, j));
+          auto* ys = reinterpret_cast<const std::uint32_t*>(q_raw + at(row, j + half));
+          float2 x = ptx::unpack2<T>(*xs), y = ptx::unpack2<T>(*ys);
+          rotate_pair(x.x, y.x, c0);
+          rotate_pair(x.y, y.y, c1);
+          *reinterpret_cast<std::uint32_t*>(q_rot + at(row, j)) =
+              ptx::pack2<T>(x.x * rot_scale, x.y * rot_scale);
+          *reinterpret_cast<std::uint32_t*>(q_rot + at(row, j + half)) =
+              ptx::pack2<T>(y.x * rot_scale, y.y * rot_scale);
+        }
+      }
     }
   }
-  const int pass = (D - rotary) / 2;  // 32-bit pieces past the rotary dims
-  for (int u = lane; u < nrows * pass; u += 32) {
-    const int row = row0 + u / pass, d = rotary + 2 * (u % pass);
-    float2 x = ptx::unpack2<T>(*reinterpret_cast<const std::uint32_t*>(q_raw + at(row, d)));
-    *reinterpret_cast<std::uint32_t*>(q_rot + at(row, d)) = ptx::pack2<T>(x.x * scale, x.y * scale);
+  for (int u = lane; u < (D - rotary) / 2; u += 32) {  // 32-bit pieces past the rotary dims
+    const int d = rotary + 2 * u;
+    for (int row = row0; row < row0 + nrows; ++row) {
+      float2 x = ptx::unpack2<T>(*reinterpret_cast<const std::uint32_t*>(q_raw + at(row, d)));
+      *reinterpret_cast<std::uint32_t*>(q_rot + at(row, d)) =
+          ptx::pack2<T>(x.x * scale, x.y * scale);
+    }
   }
 }
 
@@ -332,7 +339,7 @@ __global__ void __launch_bounds__(PrefillShape<D>::kThreads, PrefillShape<D>::kM
     if (!q_ready || (kRope && delta != q_delta)) {
       const float scale = p.sm_scale_log2;
       rotate_query_rows<T, D>(q_raw, q_rot, warp_row0, 16 * MT, lane, cs_seg, cs_koff,
-                              kRope ? rotary : 0, interleaved, G,
+                              kRope ? rotary : 0, interleaved, __ffs(G) - 1,
                               kRope ? scale * p.rope.query_scale : scale, scale);
       __syncwarp();
       q_delta = delta;
