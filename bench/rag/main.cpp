@@ -1,0 +1,286 @@
+// lazyattn_rag_bench: the end-to-end RAG serving benchmark. Runs a workload through the engine in
+// each requested mode, at each arrival rate and cache size, and prints a table and JSON.
+// On the CPU only the `micro` and `tiny` configs run; see docs/reproduction.md.
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <ctime>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "rag.hpp"
+
+#ifndef LAZYATTN_RAG_COMMIT
+#define LAZYATTN_RAG_COMMIT "unknown"
+#endif
+
+namespace {
+
+using namespace lazyattn;
+using namespace lazyattn::rag;
+
+struct Options {
+  std::string config = "tiny";
+  std::vector<Mode> modes{Mode::kLazy};
+  std::vector<double> rates{0.5, 1, 2, 3, 4};
+  std::vector<std::int64_t> cache_docs{20};
+  std::int64_t kv_pages = 0;  // overrides cache_docs when > 0
+  WorkloadConfig workload;
+  EngineConfig engine;
+  int page_size = 16;
+  int warmup = 0;
+  std::uint64_t weight_seed = 7;
+  std::string out;
+  bool progress = true;
+};
+
+const char* kUsage = R"(usage: lazyattn_rag_bench [options]
+  --config NAME            model: micro, tiny (CPU); llama-3.2-1b, llama-3.1-8b (GPU shapes) [tiny]
+  --mode LIST              full, prefix, position-aware, block-attention, lazy, or all [lazy]
+  --rates LIST             arrival rates, requests/s, comma-separated [0.5,1,2,3,4]
+  --requests N             requests per point [120]
+  --documents N            document pool size [100]
+  --docs-per-request N     documents per request [5]
+  --with-replacement       a request may retrieve the same document twice
+  --doc-length N           tokens per document [2048]
+  --question-length N      question tokens [32]
+  --output-tokens N        generated tokens per request [16]
+  --zipf S                 popularity exponent; 0 or --uniform for uniform [2.1]
+  --uniform                uniform popularity
+  --seed N                 workload seed [1]
+  --weight-seed N          model weight seed [7]
+  --cache-docs LIST        KV budget: documents cached beside one request's working set [20]
+  --kv-pages N             KV budget in pages (instead of --cache-docs)
+  --page-size N            tokens per page [16]
+  --max-batch N            running requests at most [16]
+  --max-step-tokens N      new tokens per engine step [16384]
+  --eviction lru|lfu       cache eviction [lru]
+  --warmup-requests N      leave the first N requests out of latency and hit statistics [0]
+  --out FILE               write JSON there
+  --no-progress            no progress bar on stderr
+)";
+
+std::vector<std::string> split(std::string_view s) {
+  std::vector<std::string> parts;
+  std::stringstream ss{std::string(s)};
+  for (std::string p; std::getline(ss, p, ',');) {
+    if (!p.empty()) parts.push_back(p);
+  }
+  return parts;
+}
+
+[[noreturn]] void usage_error(const std::string& message) {
+  std::fprintf(stderr, "lazyattn_rag_bench: %s\n%s", message.c_str(), kUsage);
+  std::exit(2);
+}
+
+double number(const std::string& flag, const std::string& s) {
+  char* end = nullptr;
+  const double v = std::strtod(s.c_str(), &end);
+  if (s.empty() || *end != '\0') usage_error(flag + " expects a number, got '" + s + "'");
+  return v;
+}
+
+int integer(const std::string& flag, const std::string& s) {
+  const double v = number(flag, s);
+  if (v != static_cast<double>(static_cast<long long>(v)) || v < 0 || v > 2e9)
+    usage_error(flag + " expects a non-negative integer, got '" + s + "'");
+  return static_cast<int>(v);
+}
+
+Options parse(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string flag = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) usage_error(flag + " needs a value");
+      return argv[++i];
+    };
+    if (flag == "--help" || flag == "-h") {
+      std::fputs(kUsage, stdout);
+      std::exit(0);
+    } else if (flag == "--config") {
+      o.config = value();
+    } else if (flag == "--mode") {
+      const std::string v = value();
+      o.modes.clear();
+      if (v == "all") {
+        o.modes.assign(std::begin(kAllModes), std::end(kAllModes));
+      } else {
+        for (const std::string& m : split(v)) o.modes.push_back(parse_mode(m));
+      }
+    } else if (flag == "--rates" || flag == "--rate") {
+      o.rates.clear();
+      for (const std::string& r : split(value())) o.rates.push_back(number(flag, r));
+    } else if (flag == "--requests") {
+      o.workload.num_requests = integer(flag, value());
+    } else if (flag == "--documents") {
+      o.workload.num_documents = integer(flag, value());
+    } else if (flag == "--docs-per-request") {
+      o.workload.docs_per_request = integer(flag, value());
+    } else if (flag == "--with-replacement") {
+      o.workload.with_replacement = true;
+    } else if (flag == "--doc-length") {
+      o.workload.doc_length = integer(flag, value());
+    } else if (flag == "--question-length") {
+      o.workload.question_length = integer(flag, value());
+    } else if (flag == "--output-tokens") {
+      o.workload.output_tokens = integer(flag, value());
+    } else if (flag == "--zipf") {
+      o.workload.zipf = number(flag, value());
+    } else if (flag == "--uniform") {
+      o.workload.zipf = 0;
+    } else if (flag == "--seed") {
+      o.workload.seed = static_cast<std::uint64_t>(integer(flag, value()));
+    } else if (flag == "--weight-seed") {
+      o.weight_seed = static_cast<std::uint64_t>(integer(flag, value()));
+    } else if (flag == "--cache-docs") {
+      o.cache_docs.clear();
+      for (const std::string& c : split(value())) o.cache_docs.push_back(integer(flag, c));
+    } else if (flag == "--kv-pages") {
+      o.kv_pages = integer(flag, value());
+    } else if (flag == "--page-size") {
+      o.page_size = integer(flag, value());
+    } else if (flag == "--max-batch") {
+      o.engine.max_batch = integer(flag, value());
+    } else if (flag == "--max-step-tokens") {
+      o.engine.max_step_tokens = integer(flag, value());
+    } else if (flag == "--eviction") {
+      o.engine.eviction = parse_eviction(value());
+    } else if (flag == "--warmup-requests") {
+      o.warmup = integer(flag, value());
+    } else if (flag == "--out") {
+      o.out = value();
+    } else if (flag == "--no-progress") {
+      o.progress = false;
+    } else {
+      usage_error("unknown option '" + flag + "'");
+    }
+  }
+  if (o.modes.empty() || o.rates.empty() || o.cache_docs.empty())
+    usage_error("--mode, --rates and --cache-docs need at least one value each");
+  if (o.kv_pages > 0) o.cache_docs = {-1};
+  return o;
+}
+
+void write_workload(JsonWriter& j, const WorkloadConfig& w) {
+  j.field("documents", w.num_documents)
+      .field("docs_per_request", w.docs_per_request)
+      .field("with_replacement", w.with_replacement)
+      .field("doc_length", w.doc_length)
+      .field("question_length", w.question_length)
+      .field("output_tokens", w.output_tokens)
+      .field("zipf", w.zipf)
+      .field("requests", w.num_requests)
+      .field("seed", static_cast<long long>(w.seed));
+}
+
+int run(const Options& o) {
+  const ModelConfig model = model_config(o.config);
+  const bool cpu_sized = model.parameters() < 200'000'000;
+  if (!cpu_sized) {
+    std::fprintf(stderr,
+                 "lazyattn_rag_bench: config %s (%.2f B parameters) is a GPU shape; the CPU "
+                 "backend runs micro and tiny only, and the CUDA backend is not written yet\n",
+                 o.config.c_str(), static_cast<double>(model.parameters()) * 1e-9);
+    return 2;
+  }
+  WorkloadConfig wc = o.workload;
+  wc.vocab_size = model.vocab_size;
+
+  std::ostringstream json;
+  JsonWriter j(json);
+  char date[32];
+  const std::time_t t = std::time(nullptr);
+  std::strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
+  j.open()
+      .field("benchmark", "lazyattn_rag_bench")
+      .field("date", date)
+      .field("commit", LAZYATTN_RAG_COMMIT)
+      .field("clock",
+             "simulated: Poisson arrivals; each engine step advances the clock by its measured "
+             "wall time on this machine")
+      .field("model", model.name)
+      .field("parameters", model.parameters())
+      .field("page_size", o.page_size)
+      .field("max_batch", o.engine.max_batch)
+      .field("max_step_tokens", o.engine.max_step_tokens)
+      .field("eviction", std::string(to_string(o.engine.eviction)))
+      .field("warmup_requests", o.warmup);
+  j.open("workload");
+  write_workload(j, wc);
+  j.close();
+  j.open("points", '[');
+
+  std::printf("%-16s %5s %6s %9s %9s %9s %9s %8s %8s %6s %6s %6s %8s\n", "mode", "rate", "cache",
+              "ttft_p50", "ttft_p90", "ttft_p99", "tpot", "req/s", "tok/s", "hit", "H_pf",
+              "H_pa", "peak_MiB");
+  const std::size_t points = o.modes.size() * o.rates.size() * o.cache_docs.size();
+  std::size_t point = 0;
+  for (std::int64_t cache : o.cache_docs) {
+    for (double rate : o.rates) {
+      wc.rate = rate;
+      const Workload w = make_workload(wc);
+      const std::int64_t pages =
+          o.kv_pages > 0 ? o.kv_pages : kv_pages_for_cache(wc, o.page_size, cache);
+      const std::int64_t capacity = cache_docs_for_pages(wc, o.page_size, pages);
+      const Analytic a = analytic(wc, capacity);
+      for (Mode mode : o.modes) {
+        ++point;
+        CpuBackend backend(model, pages, o.page_size, o.weight_seed);
+        EngineConfig ec = o.engine;
+        ec.mode = mode;
+        ec.lfu_capacity = capacity;
+        Engine engine(backend, w, ec);
+        auto bar = [&](int done, int total) {
+          if (!o.progress) return;
+          const int width = 30, filled = done * width / total;
+          std::fprintf(stderr, "\r[%zu/%zu] %-15s rate %-4g cache %-4lld [%s%s] %d/%d", point,
+                       points, std::string(to_string(mode)).c_str(), rate,
+                       static_cast<long long>(capacity), std::string(filled, '#').c_str(),
+                       std::string(width - filled, '.').c_str(), done, total);
+          if (done == total) std::fputc('\n', stderr);
+        };
+        const RunResult r = engine.run(bar);
+        const Summary s = summarize(r, o.warmup);
+        std::printf("%-16s %5g %6lld %9.4f %9.4f %9.4f %9.5f %8.3f %8.2f %6.3f %6.3f %6.3f %8.2f\n",
+                    std::string(to_string(mode)).c_str(), rate, static_cast<long long>(capacity),
+                    s.ttft_p50, s.ttft_p90, s.ttft_p99, s.tpot_mean, s.throughput_rps,
+                    s.throughput_tps, s.hit_ratio, a.position_free, a.position_aware,
+                    static_cast<double>(r.peak_pages * r.page_bytes) / (1 << 20));
+        std::fflush(stdout);
+        j.open();
+        j.field("mode", std::string(to_string(mode))).field("rate", rate);
+        write_summary(j, s, r, a);
+        j.close();
+      }
+    }
+  }
+  j.close(']').close();
+  json << '\n';
+  if (!o.out.empty()) {
+    std::ofstream f(o.out);
+    f << json.str();
+    if (!f) {
+      std::fprintf(stderr, "lazyattn_rag_bench: cannot write %s\n", o.out.c_str());
+      return 1;
+    }
+    std::fprintf(stderr, "wrote %s\n", o.out.c_str());
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(parse(argc, argv));
+  } catch (const lazyattn::Error& e) {
+    std::fprintf(stderr, "lazyattn_rag_bench: %s\n", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,284 @@
+// The RAG engine on the CPU backend: the five modes complete, lazy and block-attention (and
+// position-aware) compute the same function, prefix caching reuses exact prefixes only,
+// block-attention frees its private pages, and hit ratios match the analytic ones.
+#include "support/catch.hpp"
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "../../bench/rag/rag.hpp"
+
+using namespace lazyattn;
+using namespace lazyattn::rag;
+
+namespace {
+
+struct Run {
+  std::unique_ptr<CpuBackend> backend;
+  RunResult result;
+};
+
+Run run(const std::string& model_name, const Workload& w, Mode mode, std::int64_t cache_docs,
+        EngineConfig ec = {}, int page_size = 16) {
+  const ModelConfig model = model_config(model_name);
+  REQUIRE(w.config.vocab_size == model.vocab_size);
+  Run r;
+  r.backend = std::make_unique<CpuBackend>(
+      model, kv_pages_for_cache(w.config, page_size, cache_docs), page_size, 7);
+  ec.mode = mode;
+  ec.lfu_capacity = cache_docs;
+  Engine engine(*r.backend, w, ec);
+  r.result = engine.run();
+  return r;
+}
+
+WorkloadConfig small_workload(int vocab) {
+  WorkloadConfig c;
+  c.num_documents = 8;
+  c.docs_per_request = 3;
+  c.doc_length = 40;  // not a multiple of the page size
+  c.question_length = 5;
+  c.output_tokens = 4;
+  c.zipf = 1.0;
+  c.num_requests = 10;
+  c.seed = 3;
+  c.vocab_size = vocab;
+  return c;
+}
+
+// Every request done, in order of time, and nothing left pinned or held by a tail.
+void check_complete(const Run& r, const Workload& w) {
+  REQUIRE(r.result.requests.size() == w.requests.size());
+  for (const RequestRecord& q : r.result.requests) {
+    CHECK(q.tokens.size() == static_cast<std::size_t>(w.config.output_tokens));
+    CHECK(q.admitted >= q.arrival);
+    CHECK(q.first_token > q.admitted);
+    CHECK(q.finished >= q.first_token);
+  }
+  KvStore& store = r.backend->store();
+  store.validate();
+  const KvStoreStats s = store.stats();
+  CHECK(s.tails == 0);
+  CHECK(s.pinned_documents == 0);
+  CHECK(r.result.peak_pages <= s.pages_total);
+}
+
+// Largest |a - b| over two runs' logits, and the smallest gap between the two largest logits of
+// any step (how far each argmax is from a tie).
+struct LogitsComparison {
+  double max_diff = 0;
+  double min_margin = 1e30;
+};
+
+LogitsComparison compare_logits(const RunResult& a, const RunResult& b, int vocab) {
+  LogitsComparison c;
+  for (std::size_t i = 0; i < a.requests.size(); ++i) {
+    const auto& la = a.requests[i].logits;
+    const auto& lb = b.requests[i].logits;
+    REQUIRE(la.size() == lb.size());
+    for (std::size_t j = 0; j < la.size(); ++j)
+      c.max_diff = std::max(c.max_diff, static_cast<double>(std::fabs(la[j] - lb[j])));
+    for (std::size_t t = 0; t < la.size(); t += static_cast<std::size_t>(vocab)) {
+      std::vector<float> row(la.begin() + static_cast<std::ptrdiff_t>(t),
+                             la.begin() + static_cast<std::ptrdiff_t>(t) + vocab);
+      std::partial_sort(row.begin(), row.begin() + 2, row.end(), std::greater<>());
+      c.min_margin = std::min(c.min_margin, static_cast<double>(row[0] - row[1]));
+    }
+  }
+  return c;
+}
+
+}  // namespace
+
+TEST_CASE("rag: the five modes complete on tiny", "[rag]") {
+  WorkloadConfig c = small_workload(model_config("tiny").vocab_size);
+  c.rate = 50;  // arrivals faster than service: requests batch, queue and share steps
+  const Workload w = make_workload(c);
+  for (Mode mode : kAllModes) {
+    INFO("mode " << to_string(mode));
+    EngineConfig ec;
+    ec.max_batch = 4;
+    ec.max_step_tokens = 100;  // several steps per burst of encodes
+    const Run r = run("tiny", w, mode, /*cache_docs=*/3, ec);
+    check_complete(r, w);
+    const Summary s = summarize(r.result);
+    CHECK(s.doc_lookups == 30);
+    if (mode == Mode::kFull) CHECK(s.doc_hits == 0);
+    if (mode == Mode::kLazy) CHECK(s.doc_hits > 0);
+  }
+}
+
+TEST_CASE("rag: lazy and block-attention emit identical tokens (and position-aware too)",
+          "[rag]") {
+  // Requests far apart (0.05/s against steps of milliseconds): each runs alone, so every mode
+  // runs the same GEMM shapes, and logits differ only by attention's rounding.
+  const int vocab = model_config("tiny").vocab_size;
+  WorkloadConfig c = small_workload(vocab);
+  c.rate = 0.05;
+  c.output_tokens = 8;
+  const Workload w = make_workload(c);
+  EngineConfig ec;
+  ec.record_logits = true;
+  const Run lazy = run("tiny", w, Mode::kLazy, 4, ec);
+  const Run block = run("tiny", w, Mode::kBlockAttention, 4, ec);
+  const Run aware = run("tiny", w, Mode::kPositionAware, 4, ec);
+  const Run full = run("tiny", w, Mode::kFull, 4, ec);
+  const Run prefix = run("tiny", w, Mode::kPrefix, 4, ec);
+  // Deferred rotation (R(m - s) q against R(i) k) and eager (R(m) q against R(s) R(i) k) agree
+  // to float rounding, about 1e-6 here. The tolerance is 1e-4; a token could legitimately flip
+  // only where the top two logits are within it, so the test also requires every step's margin
+  // to be far above it: with these seeds no step is near a tie, and if a change made one, this
+  // says so instead of failing on a token.
+  const double tolerance = 1e-4;
+  for (const Run* other : {&block, &aware}) {
+    const LogitsComparison x = compare_logits(lazy.result, other->result, vocab);
+    INFO("max |logit diff| " << x.max_diff << ", smallest top-2 margin " << x.min_margin);
+    CHECK(x.max_diff < tolerance);
+    CHECK(x.min_margin > 10 * tolerance);
+    for (std::size_t i = 0; i < w.requests.size(); ++i)
+      CHECK(lazy.result.requests[i].tokens == other->result.requests[i].tokens);
+  }
+  // Prefix caching reuses full-attention K/V: it computes what full does.
+  const LogitsComparison fp = compare_logits(full.result, prefix.result, vocab);
+  INFO("full vs prefix: max |logit diff| " << fp.max_diff);
+  CHECK(fp.max_diff < tolerance);
+  for (std::size_t i = 0; i < w.requests.size(); ++i)
+    CHECK(full.result.requests[i].tokens == prefix.result.requests[i].tokens);
+  // And the comparison has power: block attention (documents encoded apart) is another function
+  // than full attention.
+  CHECK(compare_logits(lazy.result, full.result, vocab).max_diff > 1e-2);
+}
+
+TEST_CASE("rag: prefix mode reuses exact block prefixes only", "[rag]") {
+  const int vocab = model_config("micro").vocab_size;
+  WorkloadConfig c;
+  c.num_documents = 5;
+  c.docs_per_request = 3;
+  c.doc_length = 20;  // 16-token blocks straddle documents
+  c.question_length = 6;
+  c.output_tokens = 2;
+  c.rate = 0.01;
+  c.num_requests = 5;
+  c.vocab_size = vocab;
+  Workload w = make_workload(c);
+  const std::vector<std::vector<int>> docs{{0, 1, 2}, {0, 1, 3}, {1, 0, 2}, {0, 1, 2}, {0, 1, 2}};
+  for (std::size_t i = 0; i < docs.size(); ++i) w.requests[i].docs = docs[i];
+  w.requests[4].question = w.requests[0].question;  // request 4 repeats request 0 exactly
+  const Run r = run("micro", w, Mode::kPrefix, 20);
+  check_complete(r, w);
+  const auto reused = [&](int i) { return r.result.requests[static_cast<std::size_t>(i)].reused_tokens; };
+  CHECK(reused(0) == 0);
+  CHECK(reused(1) == 32);  // shares 40 tokens (documents 0, 1): two whole blocks
+  CHECK(reused(2) == 0);   // same documents, another order: nothing
+  CHECK(reused(3) == 48);  // shares 60 tokens (documents 0, 1, 2): three blocks
+  CHECK(reused(4) == 64);  // 66 equal tokens, but the last prompt token is always computed
+  CHECK(r.result.requests[1].doc_hits == 1);  // document 0 ends at 20, document 1 at 40 > 32
+  CHECK(r.result.requests[3].doc_hits == 2);
+}
+
+TEST_CASE("rag: prefix reuse equals the longest block-aligned common prefix", "[rag]") {
+  const int vocab = model_config("micro").vocab_size;
+  WorkloadConfig c;
+  c.num_documents = 4;
+  c.docs_per_request = 3;
+  c.doc_length = 24;
+  c.question_length = 4;
+  c.output_tokens = 1;
+  c.zipf = 1.0;
+  c.rate = 0.01;  // one request at a time: every earlier prompt is cached when the next arrives
+  c.num_requests = 40;
+  c.vocab_size = vocab;
+  const Workload w = make_workload(c);
+  const Run r = run("micro", w, Mode::kPrefix, 100);  // large: nothing evicted
+  check_complete(r, w);
+  auto prompt = [&](const RagRequest& q) {
+    std::vector<std::int32_t> p;
+    for (int d : q.docs) p.insert(p.end(), w.documents[d].begin(), w.documents[d].end());
+    p.insert(p.end(), q.question.begin(), q.question.end());
+    return p;
+  };
+  for (std::size_t i = 0; i < w.requests.size(); ++i) {
+    const std::vector<std::int32_t> p = prompt(w.requests[i]);
+    std::int64_t longest = 0;
+    for (std::size_t j = 0; j < i; ++j) {
+      const std::vector<std::int32_t> q = prompt(w.requests[j]);
+      const auto common = std::mismatch(p.begin(), p.end(), q.begin(), q.end()).first - p.begin();
+      longest = std::max<std::int64_t>(longest, common);
+    }
+    const std::int64_t cap = static_cast<std::int64_t>(p.size()) - 1;
+    const std::int64_t expected = std::min(longest, cap) / 16 * 16;
+    INFO("request " << i);
+    CHECK(r.result.requests[i].reused_tokens == expected);
+  }
+}
+
+TEST_CASE("rag: block-attention frees its private pages", "[rag]") {
+  WorkloadConfig c = small_workload(model_config("micro").vocab_size);
+  c.rate = 20;
+  c.num_requests = 12;
+  const Workload w = make_workload(c);
+  EngineConfig ec;
+  ec.max_batch = 3;
+  const Run r = run("micro", w, Mode::kBlockAttention, 4, ec);
+  check_complete(r, w);
+  const KvStoreStats s = r.backend->store().stats();
+  // Every request copied its 3 documents; afterwards only cached documents hold pages, each at
+  // most once per document id: no private copy is left.
+  CHECK(r.result.tokens_copied == 12 * 3 * 40);
+  CHECK(s.documents <= c.num_documents);
+  CHECK(s.pages_in_use == s.documents * r.backend->store().pages_for(40));
+  // While running, the copies came out of the same budget.
+  CHECK(r.result.peak_pages > s.pages_in_use);
+}
+
+TEST_CASE("rag: hit ratios match the analytic ones within sampling error", "[rag]") {
+  // Independent draws (with replacement) from N = 100 documents, D = 5 per request, one request at
+  // a time, the first 200 left out as warm-up. LFU keeping C entries holds the C most requested
+  // documents: H(C,s)/H(N,s), or H(floor(C/D),s)/H(N,s) for (document, position) entries. LRU
+  // over its C + D slots follows Che's approximation (accurate to about 0.01).
+  const int vocab = model_config("micro").vocab_size;
+  WorkloadConfig c;
+  c.num_documents = 100;
+  c.docs_per_request = 5;
+  c.with_replacement = true;
+  c.doc_length = 16;
+  c.question_length = 4;
+  c.output_tokens = 1;
+  c.rate = 0.01;
+  c.num_requests = 1000;
+  c.vocab_size = vocab;
+  const int warmup = 200;
+  const std::int64_t C = 10;
+  for (double s : {1.0, 2.1}) {
+    c.zipf = s;
+    c.seed = static_cast<std::uint64_t>(s * 10);
+    const Workload w = make_workload(c);
+    const Analytic a = analytic(c, C);
+    struct Case {
+      Mode mode;
+      Eviction eviction;
+      double expected;
+      double model_error;  // of the analytic value itself
+    };
+    const Case cases[] = {
+        {Mode::kLazy, Eviction::kLfu, a.position_free, 0.0},
+        {Mode::kPositionAware, Eviction::kLfu, a.position_aware, 0.0},
+        {Mode::kLazy, Eviction::kLru, a.lru_position_free, 0.01},
+        {Mode::kPositionAware, Eviction::kLru, a.lru_position_aware, 0.01},
+    };
+    for (const Case& k : cases) {
+      EngineConfig ec;
+      ec.eviction = k.eviction;
+      const Run r = run("micro", w, k.mode, C, ec);
+      const Summary sum = summarize(r.result, warmup);
+      // Four binomial standard errors of the measured ratio.
+      const double sigma = std::sqrt(k.expected * (1 - k.expected) / sum.doc_lookups);
+      INFO("s " << s << ", " << to_string(k.mode) << ", " << to_string(k.eviction)
+                << ": measured " << sum.hit_ratio << " over " << sum.doc_lookups
+                << " lookups, analytic " << k.expected << ", sigma " << sigma);
+      CHECK(std::fabs(sum.hit_ratio - k.expected) <= 4 * sigma + k.model_error);
+    }
+  }
+}
