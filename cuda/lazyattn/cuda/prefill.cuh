@@ -10,7 +10,7 @@
 // at 256 eight warps own 16 rows each. The CTA walks every 64-key tile of the request with one K
 // and one V buffer, as FlashAttention-2 does: V of tile t streams in (cp.async, page-table
 // gather) under Q K^T and the softmax of tile t, K of tile t + 1 under P V of tile t; two CTAs
-// share an SM at head dim <= 128 (106.5 KiB of shared memory each at 128).
+// share an SM at head dim <= 128 (110.5 KiB of shared memory each at 128).
 //
 // Deferred rotation:
 //   local form  the query is re-rotated when the segment changes, by (m_i - s_j) per row: each
@@ -79,7 +79,7 @@ struct PrefillShape {
   static constexpr int kKSteps = D / 16;
   // Shared memory, bytes from the start: K tile, V tile, raw queries, rotated queries, cos/sin of
   // the segment rotation at row offsets 16a [8][pair], of the raw keys' 16-key bases [4][pair],
-  // and of the offsets 0..15 [16][pair] (both sides combine a base with these).
+  // of the offsets 0..15 [16][pair] (both sides combine a base with these), and the frequencies.
   static constexpr int kTileBytes = kTileKeys * D * 2;
   static constexpr int kQBytes = kPrefillRows * D * 2;
   static constexpr int kK = 0;
@@ -89,7 +89,8 @@ struct PrefillShape {
   static constexpr int kCsBase = kQRot + kQBytes;
   static constexpr int kCsKBase = kCsBase + 8 * (D / 2) * 8;
   static constexpr int kCsKOff = kCsKBase + 4 * (D / 2) * 8;
-  static constexpr int kSmemBytes = kCsKOff + 16 * (D / 2) * 8;
+  static constexpr int kTurns = kCsKOff + 16 * (D / 2) * 8;  // the frequencies [pair], Q0.64
+  static constexpr int kSmemBytes = kTurns + (D / 2) * 8;
 };
 
 // Writes a warp's rows of the rotated, scaled query (rows [row0, row0 + nrows) of q_rot) from the
@@ -116,6 +117,7 @@ __device__ __forceinline__ void rotate_query_rows(const T* q_raw, T* q_rot, int 
       const float2 c0 = combine_angles(make_float2(a.x, a.y), make_float2(b.x, b.y));
       const float2 c1 = combine_angles(make_float2(a.z, a.w), make_float2(b.z, b.w));
       const int r_end = min(row0 + nrows, (i + 1) << log2_group);
+#pragma unroll 4
       for (int row = max(row0, i << log2_group); row < r_end; ++row) {
         if (interleaved) {
           const int d = 2 * j;
@@ -195,6 +197,7 @@ __global__ void __launch_bounds__(PrefillShape<D>::kThreads, PrefillShape<D>::kM
   float2* cs_seg = reinterpret_cast<float2*>(smem + Shape::kCsBase);     // [8][pair]
   float2* cs_kbase = reinterpret_cast<float2*>(smem + Shape::kCsKBase);  // [4][pair]
   float2* cs_koff = reinterpret_cast<float2*>(smem + Shape::kCsKOff);    // [16][pair]
+  std::uint64_t* s_turns = reinterpret_cast<std::uint64_t*>(smem + Shape::kTurns);
 
   // Heaviest query tiles first: in causal encoding the last rows see the most keys.
   const int qtile = p.sched.num_qtiles - 1 - blockIdx.x;
@@ -287,17 +290,19 @@ __global__ void __launch_bounds__(PrefillShape<D>::kThreads, PrefillShape<D>::kM
   const int coarse_rows = (kPrefillRows / G + 15) / 16;
   auto compute_seg = [&](std::int64_t delta) {
     for (int i = tid; i < coarse_rows * half; i += kThreads)
-      cs_seg[i] = rope_cos_sin(delta + 16 * (i / half), turns[i % half]);
+      cs_seg[i] = rope_cos_sin(delta + 16 * (i / half), s_turns[i % half]);
   };
   auto compute_kbase = [&](const TileInfo& ti) {
     const std::int64_t n0 = ti.seg_start + ti.key0;
     for (int i = tid; i < 4 * half; i += kThreads) {
       int grp = i / half, j = i % half;
-      cs_kbase[grp * half + j] = rope_cos_sin(n0 + 16 * grp, turns[j]);
+      cs_kbase[grp * half + j] = rope_cos_sin(n0 + 16 * grp, s_turns[j]);
     }
   };
   if (kRope) {
     for (int i = tid; i < 16 * half; i += kThreads) cs_koff[i] = offset_cs[i];
+    for (int j = tid; j < half; j += kThreads) s_turns[j] = turns[j];
+    __syncthreads();
     compute_seg(delta_of(cur));
     if (cur.form == kRawForm) compute_kbase(cur);
   }
