@@ -165,6 +165,28 @@ def plot(rows, path, meta):
     fig.savefig(path, dpi=110)
 
 
+def plot_prefill(rows, path, meta):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    series = [("ours local", [r["ours_tflops"].get("local") or 0 for r in rows]),
+              ("ours raw", [r["ours_tflops"].get("raw") or 0 for r in rows]),
+              ("ours RoPE off", [r["ours_tflops"].get("rope_off") or 0 for r in rows]),
+              ("flash (no RoPE)", [r["flash_tflops"] or 0 for r in rows]),
+              ("cuDNN (no RoPE)", [r["cudnn_tflops"] or 0 for r in rows])]
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    w = 0.16
+    for i, (name, vals) in enumerate(series):
+        ax.bar([x + (i - 2) * w for x in range(len(rows))], vals, w, label=name)
+    ax.set_xticks(range(len(rows)))
+    ax.set_xticklabels([r["shape"] for r in rows])
+    ax.set_ylabel("TFLOP/s")
+    ax.set_title(f"Prefill on {meta['device']}, Llama-3-8B heads, bf16, page 16 ({meta['date']})")
+    ax.legend(fontsize=8, ncol=3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--decode", required=True)
@@ -197,6 +219,8 @@ def main():
     print(md)
     try:
         plot(rows, os.path.join(a.out, "decode.png"), meta)
+        if prefill_rows:
+            plot_prefill(prefill_rows, os.path.join(a.out, "prefill.png"), meta)
     except ImportError as e:
         print(f"no plot: {e}")
 
