@@ -95,6 +95,7 @@ LogitsComparison compare_logits(const RunResult& a, const RunResult& b, int voca
 TEST_CASE("rag: the five modes complete on tiny", "[rag]") {
   WorkloadConfig c = small_workload(model_config("tiny").vocab_size);
   c.rate = 50;  // arrivals faster than service: requests batch, queue and share steps
+  c.num_requests = 6;
   const Workload w = make_workload(c);
   for (Mode mode : kAllModes) {
     INFO("mode " << to_string(mode));
@@ -104,7 +105,7 @@ TEST_CASE("rag: the five modes complete on tiny", "[rag]") {
     const Run r = run("tiny", w, mode, /*cache_docs=*/3, ec);
     check_complete(r, w);
     const Summary s = summarize(r.result);
-    CHECK(s.doc_lookups == 30);
+    CHECK(s.doc_lookups == 18);
     if (mode == Mode::kFull) CHECK(s.doc_hits == 0);
     if (mode == Mode::kLazy) CHECK(s.doc_hits > 0);
   }
@@ -117,7 +118,8 @@ TEST_CASE("rag: lazy and block-attention emit identical tokens (and position-awa
   const int vocab = model_config("tiny").vocab_size;
   WorkloadConfig c = small_workload(vocab);
   c.rate = 0.05;
-  c.output_tokens = 8;
+  c.num_requests = 6;
+  c.output_tokens = 6;
   const Workload w = make_workload(c);
   EngineConfig ec;
   ec.record_logits = true;
@@ -235,7 +237,7 @@ TEST_CASE("rag: block-attention frees its private pages", "[rag]") {
 
 TEST_CASE("rag: hit ratios match the analytic ones within sampling error", "[rag]") {
   // Independent draws (with replacement) from N = 100 documents, D = 5 per request, one request at
-  // a time, the first 200 left out as warm-up. LFU keeping C entries holds the C most requested
+  // a time, the first 100 left out as warm-up. LFU keeping C entries holds the C most requested
   // documents: H(C,s)/H(N,s), or H(floor(C/D),s)/H(N,s) for (document, position) entries. LRU
   // over its C + D slots follows Che's approximation (accurate to about 0.01).
   const int vocab = model_config("micro").vocab_size;
@@ -247,9 +249,9 @@ TEST_CASE("rag: hit ratios match the analytic ones within sampling error", "[rag
   c.question_length = 4;
   c.output_tokens = 1;
   c.rate = 0.01;
-  c.num_requests = 1000;
+  c.num_requests = 600;
   c.vocab_size = vocab;
-  const int warmup = 200;
+  const int warmup = 100;
   const std::int64_t C = 10;
   for (double s : {1.0, 2.1}) {
     c.zipf = s;
