@@ -17,6 +17,7 @@ What is checked:
   3. Bad input raises, naming the value.
 Exit status 0 when everything holds.
 """
+import faulthandler
 import json
 import math
 import os
@@ -143,11 +144,12 @@ def lse32(q, ks, scale):
 def error_rule(name, got, ref, peer_err, atol):
     """Per element |got - ref| <= 2 * peer_err + atol; NaN fails. Returns (ok, report)."""
     err = (got.double() - ref).abs()
-    bound = 2 * peer_err + atol
+    bound = 2 * peer_err + atol  # atol: a number, or a tensor of per-element floors
     bad = ~(err <= bound)
     n_bad = int(bad.sum())
+    amax = float(atol.max()) if torch.is_tensor(atol) else atol
     report = "%s: max err %.3g, bound %.3g (2 x peer %.3g + %.3g)" % (
-        name, err.max().item() if err.numel() else 0.0, bound, peer_err, atol)
+        name, err.max().item() if err.numel() else 0.0, 2 * peer_err + amax, peer_err, amax)
     if n_bad:
         idx = bad.flatten().nonzero()[:8, 0].tolist()
         report += "; %d of %d over, first: %s" % (n_bad, err.numel(), ", ".join(
@@ -250,7 +252,10 @@ def decode_case(mode, group, rope_name, dtype, failures, rows, num_kv_heads=8, h
         out_scale = o64.abs().max().item()
         finite = bool(torch.isfinite(o[b]).all()) and bool(torch.isfinite(lse[b]).all())
         ok_o, rep_o = error_rule("o", o[b], o64, peer_err, 1e-3 * out_scale + 1e-5)
-        ok_l, rep_l = error_rule("lse", lse[b], lse64, peer_lse_err, 1e-3)
+        # The kernels fold the softmax scale into the 16-bit query, one rounding SDPA does not
+        # make; its effect on the lse grows with the logits (1.03e-3 at lse 7.8 seen in bf16).
+        lse_atol = 1e-3 + 2.0 ** -12 * lse64.abs()
+        ok_l, rep_l = error_rule("lse", lse[b], lse64, peer_lse_err, lse_atol)
         diff_sdpa = (o[b].double() - o_sdpa.double()).abs().max().item()
         ok = finite and ok_o and ok_l
         ok_all = ok_all and ok
@@ -322,6 +327,7 @@ def check_errors(failures):
 
 
 def main():
+    faulthandler.enable()  # a crash in the library prints the Python line that called it
     out_json = None
     if "--json" in sys.argv:
         out_json = sys.argv[sys.argv.index("--json") + 1]

@@ -153,8 +153,6 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
   float row_max[2] = {-INFINITY, -INFINITY};
   float row_sum[2] = {0.0f, 0.0f};  // this thread's share; reduced across the quad at the end
   std::uint32_t qa[Shape::kQInRegisters ? Shape::kKSteps : 1][4];
-  std::int64_t q_delta = 0;
-  bool q_ready = false;
   bool offsets_ready = false;  // raw form: cs_offset loaded
   bool base_ready = false;     // raw form: cs_base holds this tile's angles
 
@@ -169,6 +167,56 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
   };
   const std::uint8_t kRawForm = static_cast<std::uint8_t>(StorageForm::kRaw);
 
+  // The rotated, scaled 16-bit query of the group (rows >= G zero), for one rotation `delta`.
+  auto build_query = [&](std::int64_t delta) {
+    if (kRope) {
+      for (int j = tid; j < rot_half; j += kDecodeThreads)
+        cs_query[j] = rope_cos_sin(delta, turns[j]);
+    }
+    __syncthreads();
+    for (int i = tid; i < kRows * D; i += kDecodeThreads) {
+      int row = i / D, d = i % D;
+      float v = 0.0f;
+      if (row < G) {
+        const T* qr = q_src + row * D;
+        if (!kRope || d >= rotary) {
+          v = ptx::to_f32(qr[d]);
+        } else {
+          int j, partner;
+          bool first;
+          if (interleaved) {
+            j = d >> 1;
+            first = (d & 1) == 0;
+            partner = first ? d + 1 : d - 1;
+          } else {
+            first = d < rot_half;
+            j = first ? d : d - rot_half;
+            partner = first ? d + rot_half : d - rot_half;
+          }
+          float x = ptx::to_f32(qr[d]), y = ptx::to_f32(qr[partner]);
+          float2 c = cs_query[j];
+          v = (first ? x * c.x - y * c.y : x * c.x + y * c.y) * p.rope.query_scale;
+        }
+      }
+      q_rot[swizzle<D>(row, d >> 3) + (d & 7)] = ptx::from_f32<T>(v * p.sm_scale_log2);
+    }
+    __syncthreads();
+    if constexpr (Shape::kQInRegisters) {
+#pragma unroll
+      for (int kk = 0; kk < Shape::kKSteps; ++kk) {
+        int row = (mi & 1) * 8 + (lane & 7);
+        ptx::ldmatrix_x4(qa[kk], ptx::smem_addr(q_rot + swizzle<D>(row, 2 * kk + (mi >> 1))));
+      }
+    }
+  };
+  // The first rotation is built while the first tiles are in flight: its loads of the query and
+  // the frequencies, and its barriers, stay off the first tile's critical path.
+  std::int64_t q_delta = 0;
+  if (tile_begin < tile_end) {
+    q_delta = kRope && cur.form != kRawForm ? m_pos - cur.seg_start : m_pos;
+    build_query(q_delta);
+  }
+
   for (int tile = tile_begin; tile < tile_end; ++tile) {
     const int it = tile - tile_begin;
     ptx::cp_async_wait<S - 2>();
@@ -180,49 +228,11 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
 
     const bool raw = kRope && ti.form == kRawForm;
 
-    // ---- (re)build the rotated query when the rotation changes: once per local segment -------
+    // ---- rebuild the rotated query when the rotation changes: once per local segment ---------
     const std::int64_t delta = raw ? m_pos : m_pos - ti.seg_start;
-    if (!q_ready || (kRope && delta != q_delta)) {
-      if (kRope) {
-        for (int j = tid; j < rot_half; j += kDecodeThreads) cs_query[j] = rope_cos_sin(delta, turns[j]);
-      }
-      __syncthreads();
-      for (int i = tid; i < kRows * D; i += kDecodeThreads) {
-        int row = i / D, d = i % D;
-        float v = 0.0f;
-        if (row < G) {
-          const T* qr = q_src + row * D;
-          if (!kRope || d >= rotary) {
-            v = ptx::to_f32(qr[d]);
-          } else {
-            int j, partner;
-            bool first;
-            if (interleaved) {
-              j = d >> 1;
-              first = (d & 1) == 0;
-              partner = first ? d + 1 : d - 1;
-            } else {
-              first = d < rot_half;
-              j = first ? d : d - rot_half;
-              partner = first ? d + rot_half : d - rot_half;
-            }
-            float x = ptx::to_f32(qr[d]), y = ptx::to_f32(qr[partner]);
-            float2 c = cs_query[j];
-            v = (first ? x * c.x - y * c.y : x * c.x + y * c.y) * p.rope.query_scale;
-          }
-        }
-        q_rot[swizzle<D>(row, d >> 3) + (d & 7)] = ptx::from_f32<T>(v * p.sm_scale_log2);
-      }
-      __syncthreads();
-      if constexpr (Shape::kQInRegisters) {
-#pragma unroll
-        for (int kk = 0; kk < Shape::kKSteps; ++kk) {
-          int row = (mi & 1) * 8 + (lane & 7);
-          ptx::ldmatrix_x4(qa[kk], ptx::smem_addr(q_rot + swizzle<D>(row, 2 * kk + (mi >> 1))));
-        }
-      }
+    if (kRope && delta != q_delta) {
+      build_query(delta);
       q_delta = delta;
-      q_ready = true;
     }
 
     // ---- raw form: base angles of this tile (normally computed one tile ahead) ----------------
