@@ -25,8 +25,8 @@ inline std::int64_t kv_pages_for_cache(const WorkloadConfig& w, int page_size,
 inline std::int64_t cache_docs_for_pages(const WorkloadConfig& w, int page_size,
                                          std::int64_t pages) {
   return std::max<std::int64_t>(
-      0, (pages - tail_pages(w, page_size)) / ceil_div(w.doc_length, page_size) -
-             w.docs_per_request);
+      0,
+      (pages - tail_pages(w, page_size)) / ceil_div(w.doc_length, page_size) - w.docs_per_request);
 }
 
 }  // namespace lazyattn::rag

@@ -161,8 +161,8 @@ class CpuBackend final : public Backend {
       rows += static_cast<Eigen::Index>(e.tokens.size());
     }
     const Eigen::Index ext_rows = rows - ext_row0;
-    LAZYATTN_CHECK(batch.extends.empty() || (batch.plan && batch.plan->request_query_indptr.back() ==
-                                                               ext_rows),
+    LAZYATTN_CHECK(batch.extends.empty() ||
+                       (batch.plan && batch.plan->request_query_indptr.back() == ext_rows),
                    "rag::CpuBackend::forward: the plan's query rows do not match the extends' ",
                    ext_rows, " tokens");
     if (rows == 0) return;
@@ -201,8 +201,7 @@ class CpuBackend final : public Backend {
           for (Eigen::Index t = 0; t < len * Hkv; ++t) by.apply(&k_stored_[t * D]);
         }
         write_tokens(enc_pages[i], l, 0, len, k_stored_.data(), v_.data());
-        attn_.middleRows(first_row[i], len) =
-            Eigen::Map<const Matrix>(out_.data(), len, qw);
+        attn_.middleRows(first_row[i], len) = Eigen::Map<const Matrix>(out_.data(), len, qw);
       }
 
       // Requests: tail K in local form at tail positions, then attention through the plan.
@@ -264,8 +263,8 @@ class CpuBackend final : public Backend {
       for (std::int64_t i = 0; i < length; ++i) {
         const std::int64_t s = src_first + i;
         for (int g = 0; g < geo.num_kv_heads; ++g) {
-          const std::int64_t from = geo.offset(l, src[static_cast<std::size_t>(s / P)], g,
-                                               static_cast<int>(s % P));
+          const std::int64_t from =
+              geo.offset(l, src[static_cast<std::size_t>(s / P)], g, static_cast<int>(s % P));
           const std::int64_t to =
               geo.offset(l, dst[static_cast<std::size_t>(i / P)], g, static_cast<int>(i % P));
           std::copy_n(k + from, D, k + to);
@@ -312,7 +311,8 @@ class CpuBackend final : public Backend {
     Eigen::Map<Matrix>(v_.data(), n, kw) = qkv_.block(r0, qw + kw, n, kw);
   }
 
-  // Tokens [first, first + n) of a page list, in one layer: k and v are [n, num_kv_heads, head_dim].
+  // Tokens [first, first + n) of a page list, in one layer: k and v are [n, num_kv_heads,
+  // head_dim].
   void write_tokens(const std::vector<std::int32_t>& pages, int layer, std::int64_t first,
                     std::int64_t n, const float* k, const float* v) {
     const PoolGeometry& geo = store_.geometry();

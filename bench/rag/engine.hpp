@@ -26,6 +26,7 @@
 #include <optional>
 #include <span>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "backend.hpp"
@@ -95,7 +96,8 @@ class Engine {
     double now = 0, pages_time = 0;
     int done = 0;
     while (done < static_cast<int>(reqs.size())) {
-      while (next < reqs.size() && reqs[next].arrival <= now) waiting.push_back(static_cast<int>(next++));
+      while (next < reqs.size() && reqs[next].arrival <= now)
+        waiting.push_back(static_cast<int>(next++));
       if (active_.empty() && waiting.empty()) {
         now = reqs[next].arrival;
         continue;
@@ -146,11 +148,11 @@ class Engine {
     std::vector<DocHandle> privates;   // block-attention's copies
     std::vector<Segment> segments;     // document segments of the layout
     std::int64_t tail_start = 0;
-    std::vector<std::int32_t> input;   // tokens of its next extend
+    std::vector<std::int32_t> input;  // tokens of its next extend
     TailHandle tail;
-    std::int64_t own_pages = 0;        // promised besides the pinned cache entries
-    std::int64_t cached_blocks = 0;    // prefix: blocks reused
-    std::vector<DocKey> block_keys;    // prefix: chain keys of the prompt's full blocks
+    std::int64_t own_pages = 0;      // promised besides the pinned cache entries
+    std::int64_t cached_blocks = 0;  // prefix: blocks reused
+    std::vector<DocKey> block_keys;  // prefix: chain keys of the prompt's full blocks
   };
 
   // ---- cache bookkeeping ------------------------------------------------------------------------
@@ -220,9 +222,7 @@ class Engine {
           continue;
         }
         if (store_.info(it->second).pins == 0) {
-          auto rank = [&](const DocKey& k) {
-            return std::pair(frequency_[k], last_use_[k]);
-          };
+          auto rank = [&](const DocKey& k) { return std::pair(frequency_[k], last_use_[k]); };
           if (!victim || rank(it->first) < rank(victim->first)) victim = *it;
         }
         ++it;
@@ -345,8 +345,8 @@ class Engine {
           store_.pin(*h);
         } else {
           h = allocate(n.key, doc_len(), /*cache_entry=*/true);
-          pending_.push_back(Pending{*h, w_.documents[static_cast<std::size_t>(r.docs[j])],
-                                     n.rotate_by});
+          pending_.push_back(
+              Pending{*h, w_.documents[static_cast<std::size_t>(r.docs[j])], n.rotate_by});
         }
         pin_entry(a, *h, pages(doc_len()));
         a.slot_docs.push_back(*h);
@@ -382,8 +382,8 @@ class Engine {
     const auto& wc = w_.config;
     for (std::size_t j = 0; j < a.slot_docs.size(); ++j) {
       const DocHandle src = a.slot_docs[j];
-      const DocHandle copy = allocate(DocKey{0xb10cca77e0000000ull, private_counter_++},
-                                      doc_len(), /*cache_entry=*/false);
+      const DocHandle copy = allocate(DocKey{0xb10cca77e0000000ull, private_counter_++}, doc_len(),
+                                      /*cache_entry=*/false);
       const std::int64_t start = static_cast<std::int64_t>(j) * wc.doc_length;
       backend_.copy_rotated(store_.info(src).pages, 0, store_.info(copy).pages, doc_len(), start);
       store_.commit(copy);
@@ -522,7 +522,8 @@ class Engine {
       const std::int32_t token = out.next_tokens[b];
       rec.tokens.push_back(token);
       if (c_.record_logits) {
-        rec.logits.insert(rec.logits.end(), out.logits.begin() + static_cast<std::ptrdiff_t>(b) * vocab,
+        rec.logits.insert(rec.logits.end(),
+                          out.logits.begin() + static_cast<std::ptrdiff_t>(b) * vocab,
                           out.logits.begin() + static_cast<std::ptrdiff_t>(b + 1) * vocab);
       }
       if (a.phase == Phase::kPrefill) {

@@ -217,8 +217,8 @@ int run(const Options& o) {
   j.open("points", '[');
 
   std::printf("%-16s %5s %6s %9s %9s %9s %9s %8s %8s %6s %6s %6s %8s\n", "mode", "rate", "cache",
-              "ttft_p50", "ttft_p90", "ttft_p99", "tpot", "req/s", "tok/s", "hit", "H_pf",
-              "H_pa", "peak_MiB");
+              "ttft_p50", "ttft_p90", "ttft_p99", "tpot", "req/s", "tok/s", "hit", "H_pf", "H_pa",
+              "peak_MiB");
   const std::size_t points = o.modes.size() * o.rates.size() * o.cache_docs.size();
   std::size_t point = 0;
   for (std::int64_t cache : o.cache_docs) {

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <ostream>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "engine.hpp"
@@ -70,7 +71,8 @@ inline Analytic analytic(const WorkloadConfig& w, std::int64_t capacity_docs) {
   std::vector<double> p, pd;
   for (int k = 0; k < w.num_documents; ++k) {
     p.push_back(z.probability(k));
-    for (int j = 0; j < w.docs_per_request; ++j) pd.push_back(z.probability(k) / w.docs_per_request);
+    for (int j = 0; j < w.docs_per_request; ++j)
+      pd.push_back(z.probability(k) / w.docs_per_request);
   }
   // LRU caches in every document page, the working set's D included.
   const auto slots = static_cast<double>(capacity_docs + w.docs_per_request);
@@ -82,8 +84,8 @@ inline Analytic analytic(const WorkloadConfig& w, std::int64_t capacity_docs) {
 struct Summary {
   int requests = 0;  // counted (after the warm-up)
   double ttft_p50 = 0, ttft_p90 = 0, ttft_p99 = 0, ttft_mean = 0;
-  double tpot_mean = 0, tpot_p50 = 0;  // (finish - first token) / (output tokens - 1)
-  double queue_p50 = 0;                // admission - arrival
+  double tpot_mean = 0, tpot_p50 = 0;             // (finish - first token) / (output tokens - 1)
+  double queue_p50 = 0;                           // admission - arrival
   double throughput_rps = 0, throughput_tps = 0;  // over the whole run
   double hit_ratio = 0;                           // document hits / lookups
   std::int64_t doc_lookups = 0, doc_hits = 0;
@@ -166,8 +168,7 @@ class JsonWriter {
     return *this;
   }
   template <class I>
-    requires std::is_integral_v<I>
-  JsonWriter& field(const char* key, I v) {
+  requires std::is_integral_v<I> JsonWriter& field(const char* key, I v) {
     comma(key);
     os_ << static_cast<long long>(v);
     return *this;

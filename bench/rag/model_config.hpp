@@ -36,8 +36,8 @@ struct ModelConfig {
   // Parameters of the whole model (embedding, layers, final norm, LM head unless tied).
   std::int64_t parameters() const {
     const std::int64_t h = hidden_size, layer = h * (q_width() + 2 * kv_width()) +
-                                                 std::int64_t{q_width()} * h +
-                                                 3 * h * intermediate_size + 2 * h;
+                                                std::int64_t{q_width()} * h +
+                                                3 * h * intermediate_size + 2 * h;
     return std::int64_t{vocab_size} * h * (tie_word_embeddings ? 1 : 2) + num_layers * layer + h;
   }
 };

@@ -22,11 +22,16 @@ inline constexpr Mode kAllModes[] = {Mode::kFull, Mode::kPrefix, Mode::kPosition
 
 constexpr std::string_view to_string(Mode m) {
   switch (m) {
-    case Mode::kFull: return "full";
-    case Mode::kPrefix: return "prefix";
-    case Mode::kPositionAware: return "position-aware";
-    case Mode::kBlockAttention: return "block-attention";
-    case Mode::kLazy: return "lazy";
+    case Mode::kFull:
+      return "full";
+    case Mode::kPrefix:
+      return "prefix";
+    case Mode::kPositionAware:
+      return "position-aware";
+    case Mode::kBlockAttention:
+      return "block-attention";
+    case Mode::kLazy:
+      return "lazy";
   }
   return "?";
 }

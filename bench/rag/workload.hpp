@@ -31,9 +31,9 @@ struct WorkloadConfig {
     LAZYATTN_CHECK(num_documents >= 1, w, ": num_documents ", num_documents, ", expected >= 1");
     LAZYATTN_CHECK(docs_per_request >= 1, w, ": docs_per_request ", docs_per_request,
                    ", expected >= 1");
-    LAZYATTN_CHECK(with_replacement || docs_per_request <= num_documents, w,
-                   ": docs_per_request ", docs_per_request, " without replacement from ",
-                   num_documents, " documents, expected at most that many");
+    LAZYATTN_CHECK(with_replacement || docs_per_request <= num_documents, w, ": docs_per_request ",
+                   docs_per_request, " without replacement from ", num_documents,
+                   " documents, expected at most that many");
     LAZYATTN_CHECK(doc_length >= 1 && question_length >= 1 && output_tokens >= 1, w,
                    ": lengths doc ", doc_length, ", question ", question_length, ", output ",
                    output_tokens, ", expected >= 1 each");
@@ -57,8 +57,8 @@ class ZipfSampler {
   int operator()(SplitMix64& g) const {
     const double u = g.uniform();
     auto it = std::upper_bound(cdf_.begin(), cdf_.end(), u);
-    return static_cast<int>(std::min<std::ptrdiff_t>(it - cdf_.begin(),
-                                                     static_cast<std::ptrdiff_t>(cdf_.size()) - 1));
+    return static_cast<int>(
+        std::min<std::ptrdiff_t>(it - cdf_.begin(), static_cast<std::ptrdiff_t>(cdf_.size()) - 1));
   }
   double probability(int k) const {
     const auto i = static_cast<std::size_t>(k);
@@ -79,8 +79,8 @@ inline double harmonic(std::int64_t n, double s) {
 
 struct RagRequest {
   int id = 0;
-  double arrival = 0;      // seconds since the start
-  std::vector<int> docs;   // document ids in prompt order (document id = popularity rank)
+  double arrival = 0;     // seconds since the start
+  std::vector<int> docs;  // document ids in prompt order (document id = popularity rank)
   std::vector<std::int32_t> question;
 };
 
@@ -98,7 +98,8 @@ inline Workload make_workload(const WorkloadConfig& c) {
   w.documents.resize(static_cast<std::size_t>(c.num_documents));
   for (int d = 0; d < c.num_documents; ++d) {
     SplitMix64 g(mix_seed(c.seed, 1, static_cast<std::uint64_t>(d)));
-    for (int i = 0; i < c.doc_length; ++i) w.documents[static_cast<std::size_t>(d)].push_back(token(g));
+    for (int i = 0; i < c.doc_length; ++i)
+      w.documents[static_cast<std::size_t>(d)].push_back(token(g));
   }
   const ZipfSampler zipf(c.num_documents, c.zipf);
   SplitMix64 arrivals(mix_seed(c.seed, 2)), picks(mix_seed(c.seed, 3)), words(mix_seed(c.seed, 4));

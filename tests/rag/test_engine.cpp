@@ -5,7 +5,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "../../bench/rag/rag.hpp"
@@ -111,8 +113,7 @@ TEST_CASE("rag: the five modes complete on tiny", "[rag]") {
   }
 }
 
-TEST_CASE("rag: lazy and block-attention emit identical tokens (and position-aware too)",
-          "[rag]") {
+TEST_CASE("rag: lazy and block-attention emit identical tokens (and position-aware too)", "[rag]") {
   // Requests far apart (0.05/s against steps of milliseconds): each runs alone, so every mode
   // runs the same GEMM shapes, and logits differ only by attention's rounding.
   const int vocab = model_config("tiny").vocab_size;
@@ -170,7 +171,9 @@ TEST_CASE("rag: prefix mode reuses exact block prefixes only", "[rag]") {
   w.requests[4].question = w.requests[0].question;  // request 4 repeats request 0 exactly
   const Run r = run("micro", w, Mode::kPrefix, 20);
   check_complete(r, w);
-  const auto reused = [&](int i) { return r.result.requests[static_cast<std::size_t>(i)].reused_tokens; };
+  const auto reused = [&](int i) {
+    return r.result.requests[static_cast<std::size_t>(i)].reused_tokens;
+  };
   CHECK(reused(0) == 0);
   CHECK(reused(1) == 32);  // shares 40 tokens (documents 0, 1): two whole blocks
   CHECK(reused(2) == 0);   // same documents, another order: nothing
@@ -277,9 +280,9 @@ TEST_CASE("rag: hit ratios match the analytic ones within sampling error", "[rag
       const Summary sum = summarize(r.result, warmup);
       // Four binomial standard errors of the measured ratio.
       const double sigma = std::sqrt(k.expected * (1 - k.expected) / sum.doc_lookups);
-      INFO("s " << s << ", " << to_string(k.mode) << ", " << to_string(k.eviction)
-                << ": measured " << sum.hit_ratio << " over " << sum.doc_lookups
-                << " lookups, analytic " << k.expected << ", sigma " << sigma);
+      INFO("s " << s << ", " << to_string(k.mode) << ", " << to_string(k.eviction) << ": measured "
+                << sum.hit_ratio << " over " << sum.doc_lookups << " lookups, analytic "
+                << k.expected << ", sigma " << sigma);
       CHECK(std::fabs(sum.hit_ratio - k.expected) <= 4 * sigma + k.model_error);
     }
   }

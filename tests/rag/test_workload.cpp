@@ -40,8 +40,8 @@ ChiSquare chi_square(const std::vector<std::int64_t>& counts, double s) {
     ++bins;
   }
   if (pooled_expected > 0) {
-    x.statistic += (pooled_observed - pooled_expected) * (pooled_observed - pooled_expected) /
-                   pooled_expected;
+    x.statistic +=
+        (pooled_observed - pooled_expected) * (pooled_observed - pooled_expected) / pooled_expected;
     ++bins;
   }
   x.dof = bins - 1;
@@ -72,8 +72,8 @@ TEST_CASE("rag: the Zipf sampler draws the Zipf law, and the test rejects a wron
   for (double s : {2.1, 1.0, 0.0}) {
     const std::vector<std::int64_t> counts = draw(100, s, 100000, 42);
     const ChiSquare right = chi_square(counts, s);
-    INFO("s " << s << ": chi-square " << right.statistic << " on " << right.dof
-              << " dof, critical " << chi_square_critical(right.dof));
+    INFO("s " << s << ": chi-square " << right.statistic << " on " << right.dof << " dof, critical "
+              << chi_square_critical(right.dof));
     CHECK(right.statistic < chi_square_critical(right.dof));
     // The same draws against the law of a slightly different exponent must fail: the test can
     // tell s from s +- 0.1.
