@@ -122,7 +122,8 @@ inline Summary summarize(const RunResult& r, int warmup = 0) {
   s.busy = r.busy;
   s.throughput_rps = r.duration > 0 ? static_cast<double>(r.requests.size()) / r.duration : 0;
   s.throughput_tps = r.duration > 0 ? static_cast<double>(out_tokens) / r.duration : 0;
-  s.hit_ratio = s.doc_lookups ? static_cast<double>(s.doc_hits) / s.doc_lookups : 0;
+  s.hit_ratio =
+      s.doc_lookups ? static_cast<double>(s.doc_hits) / static_cast<double>(s.doc_lookups) : 0;
   s.prefill_fraction = prompt ? static_cast<double>(computed) / static_cast<double>(prompt) : 0;
   return s;
 }
@@ -176,7 +177,8 @@ class JsonWriter {
 
  private:
   void comma(const char* key) {
-    if (depth_ > 0) os_ << (first_ ? "" : ",") << '\n' << std::string(2 * depth_, ' ');
+    if (depth_ > 0)
+      os_ << (first_ ? "" : ",") << '\n' << std::string(static_cast<std::size_t>(2 * depth_), ' ');
     if (key) os_ << '"' << key << "\": ";
     first_ = false;
   }

@@ -231,7 +231,7 @@ TEST_CASE("rag: block-attention frees its private pages", "[rag]") {
   const KvStoreStats s = r.backend->store().stats();
   // Every request copied its 3 documents; afterwards only cached documents hold pages, each at
   // most once per document id: no private copy is left.
-  CHECK(r.result.tokens_copied == 12 * 3 * 40);
+  CHECK(r.result.tokens_copied == std::int64_t{12} * 3 * 40);
   CHECK(s.documents <= c.num_documents);
   CHECK(s.pages_in_use == s.documents * r.backend->store().pages_for(40));
   // While running, the copies came out of the same budget.
@@ -279,7 +279,8 @@ TEST_CASE("rag: hit ratios match the analytic ones within sampling error", "[rag
       const Run r = run("micro", w, k.mode, C, ec);
       const Summary sum = summarize(r.result, warmup);
       // Four binomial standard errors of the measured ratio.
-      const double sigma = std::sqrt(k.expected * (1 - k.expected) / sum.doc_lookups);
+      const double sigma =
+          std::sqrt(k.expected * (1 - k.expected) / static_cast<double>(sum.doc_lookups));
       INFO("s " << s << ", " << to_string(k.mode) << ", " << to_string(k.eviction) << ": measured "
                 << sum.hit_ratio << " over " << sum.doc_lookups << " lookups, analytic "
                 << k.expected << ", sigma " << sigma);
