@@ -1,5 +1,5 @@
 // Llama-shaped decoder configurations by name: `micro` and `tiny` run on the CPU (tests, CI),
-// `llama-3.2-1b` and `llama-3.1-8b` declare the shapes the GPU engine will run.
+// `tiny-d64` on both (the CPU/GPU comparison), `llama-3.2-1b` and `llama-3.1-8b` on the GPU.
 #pragma once
 
 #include <cstdint>
@@ -59,7 +59,7 @@ inline RopeConfig llama3_rope(int head_dim, double factor) {
 }  // namespace detail
 
 inline std::vector<std::string> model_config_names() {
-  return {"micro", "tiny", "llama-3.2-1b", "llama-3.1-8b"};
+  return {"micro", "tiny", "tiny-d64", "llama-3.2-1b", "llama-3.1-8b"};
 }
 
 // The configuration called `name`; throws naming the known ones otherwise.
@@ -84,6 +84,15 @@ inline ModelConfig model_config(std::string_view name) {
     c.num_kv_heads = 2;
     c.head_dim = 32;
     c.rope = detail::llama3_rope(32, 8.0);
+  } else if (name == "tiny-d64") {  // tiny at head dim 64, the smallest the CUDA kernels take
+    c.vocab_size = 512;
+    c.hidden_size = 512;
+    c.intermediate_size = 1024;
+    c.num_layers = 2;
+    c.num_qo_heads = 8;
+    c.num_kv_heads = 2;
+    c.head_dim = 64;
+    c.rope = detail::llama3_rope(64, 8.0);
   } else if (name == "llama-3.2-1b") {
     c.vocab_size = 128256;
     c.hidden_size = 2048;
