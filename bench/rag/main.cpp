@@ -1,18 +1,23 @@
 // lazyattn_rag_bench: the end-to-end RAG serving benchmark. Runs a workload through the engine in
 // each requested mode, at each arrival rate and cache size, and prints a table and JSON.
-// On the CPU only the `micro` and `tiny` configs run; see docs/reproduction.md.
+// On the CPU only the `micro`, `tiny` and `tiny-d64` configs run; built as lazyattn_rag_bench_cuda
+// (LAZYATTN_RAG_CUDA), `--backend cuda` runs the model on the GPU; see docs/reproduction.md.
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
 #include <fstream>
 #include <iostream>
+#include <memory>
 #include <sstream>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "rag.hpp"
+#if LAZYATTN_RAG_CUDA
+#include "backends.hpp"
+#endif
 
 #ifndef LAZYATTN_RAG_COMMIT
 #define LAZYATTN_RAG_COMMIT "unknown"
@@ -36,10 +41,17 @@ struct Options {
   std::uint64_t weight_seed = 7;
   std::string out;
   bool progress = true;
+  std::string backend = "cpu";
+  double gpu_memory_utilization = 0.9;
+  bool gpu_memory_budget = false;  // --gpu-memory-utilization given: the KV budget is what fits
+  bool cpu_weights = false;
+  bool decode_kernel = true;
 };
 
 const char* kUsage = R"(usage: lazyattn_rag_bench [options]
-  --config NAME            model: micro, tiny (CPU); llama-3.2-1b, llama-3.1-8b (GPU shapes) [tiny]
+  --config NAME            model: micro, tiny (CPU), tiny-d64 (both); llama-3.2-1b, llama-3.1-8b
+                           (GPU) [tiny]
+  --backend cpu|cuda       where the model runs; cuda only in lazyattn_rag_bench_cuda [cpu]
   --mode LIST              full, prefix, position-aware, block-attention, lazy, or all [lazy]
   --rates LIST             arrival rates, requests/s, comma-separated [0.5,1,2,3,4]
   --requests N             requests per point [120]
@@ -62,6 +74,13 @@ const char* kUsage = R"(usage: lazyattn_rag_bench [options]
   --warmup-requests N      leave the first N requests out of latency and hit statistics [0]
   --out FILE               write JSON there
   --no-progress            no progress bar on stderr
+ cuda backend:
+  --gpu-memory-utilization F  fraction of the GPU's memory for weights, workspaces and KV pages, as
+                           vLLM's; given, the KV budget is every page that fits (instead of
+                           --cache-docs); otherwise only a cap [0.9]
+  --cpu-weights            load the CPU backend's weights (host-generated; small configs)
+  --decode-attention K     decode (steps of one-token extends through cuda::decode) or prefill
+                           (cuda::prefill for every step) [decode]
 )";
 
 std::vector<std::string> split(std::string_view s) {
@@ -157,13 +176,27 @@ Options parse(int argc, char** argv) {
       o.out = value();
     } else if (flag == "--no-progress") {
       o.progress = false;
+    } else if (flag == "--backend") {
+      o.backend = value();
+      if (o.backend != "cpu" && o.backend != "cuda")
+        usage_error("--backend expects cpu or cuda, got '" + o.backend + "'");
+    } else if (flag == "--gpu-memory-utilization") {
+      o.gpu_memory_utilization = number(flag, value());
+      o.gpu_memory_budget = true;
+    } else if (flag == "--cpu-weights") {
+      o.cpu_weights = true;
+    } else if (flag == "--decode-attention") {
+      const std::string v = value();
+      if (v != "decode" && v != "prefill")
+        usage_error("--decode-attention expects decode or prefill, got '" + v + "'");
+      o.decode_kernel = v == "decode";
     } else {
       usage_error("unknown option '" + flag + "'");
     }
   }
   if (o.modes.empty() || o.rates.empty() || o.cache_docs.empty())
     usage_error("--mode, --rates and --cache-docs need at least one value each");
-  if (o.kv_pages > 0) o.cache_docs = {-1};
+  if (o.kv_pages > 0 || (o.backend == "cuda" && o.gpu_memory_budget)) o.cache_docs = {-1};
   return o;
 }
 
@@ -181,16 +214,57 @@ void write_workload(JsonWriter& j, const WorkloadConfig& w) {
 
 int run(const Options& o) {
   const ModelConfig model = model_config(o.config);
+  const bool on_gpu = o.backend == "cuda";
+#if !LAZYATTN_RAG_CUDA
+  if (on_gpu) {
+    std::fprintf(stderr,
+                 "lazyattn_rag_bench: built without CUDA; --backend cuda runs in "
+                 "lazyattn_rag_bench_cuda (configure with CUDA, docs/reproduction.md)\n");
+    return 2;
+  }
+#endif
   const bool cpu_sized = model.parameters() < 200'000'000;
-  if (!cpu_sized) {
+  if (!on_gpu && !cpu_sized) {
     std::fprintf(stderr,
                  "lazyattn_rag_bench: config %s (%.2f B parameters) is a GPU shape; the CPU "
-                 "backend runs micro and tiny only, and the CUDA backend is not written yet\n",
+                 "backend runs micro, tiny and tiny-d64 only (--backend cuda for the GPU)\n",
                  o.config.c_str(), static_cast<double>(model.parameters()) * 1e-9);
     return 2;
   }
   WorkloadConfig wc = o.workload;
   wc.vocab_size = model.vocab_size;
+
+  // The CUDA backend is built once (weights, workspaces, the KV pool sized for the largest
+  // budget asked for, or for all the memory fraction allows) and gets a fresh store per point.
+  std::string device;
+#if LAZYATTN_RAG_CUDA
+  std::unique_ptr<DeviceBackend> gpu;
+  if (on_gpu) {
+    CudaBackendOptions co;
+    co.page_size = o.page_size;
+    co.weight_seed = o.weight_seed;
+    co.gpu_memory_utilization = o.gpu_memory_utilization;
+    co.max_step_tokens = o.engine.max_step_tokens;
+    co.max_batch = o.engine.max_batch;
+    co.decode_kernel = o.decode_kernel;
+    if (!o.gpu_memory_budget) {
+      for (std::int64_t cache : o.cache_docs) {
+        co.max_pages =
+            std::max(co.max_pages, o.kv_pages > 0 ? std::int64_t{o.kv_pages}
+                                                  : kv_pages_for_cache(wc, o.page_size, cache));
+      }
+    }
+    HostWeights host;
+    if (o.cpu_weights) {
+      host = cpu_backend_weights(model, o.weight_seed);
+      co.host_weights = &host;
+    }
+    gpu = make_cuda_backend(model, co);
+    std::fprintf(stderr, "%s", gpu->describe().c_str());
+    gpu->warm_up(wc.doc_length, wc.question_length);
+    device = gpu->name();
+  }
+#endif
 
   std::ostringstream json;
   JsonWriter j(json);
@@ -204,6 +278,8 @@ int run(const Options& o) {
       .field("clock",
              "simulated: Poisson arrivals; each engine step advances the clock by its measured "
              "wall time on this machine")
+      .field("backend", o.backend)
+      .field("device", device)
       .field("model", model.name)
       .field("parameters", model.parameters())
       .field("page_size", o.page_size)
@@ -225,17 +301,30 @@ int run(const Options& o) {
     for (double rate : o.rates) {
       wc.rate = rate;
       const Workload w = make_workload(wc);
-      const std::int64_t pages =
-          o.kv_pages > 0 ? o.kv_pages : kv_pages_for_cache(wc, o.page_size, cache);
+      std::int64_t pages = o.kv_pages > 0 ? o.kv_pages : kv_pages_for_cache(wc, o.page_size, cache);
+#if LAZYATTN_RAG_CUDA
+      if (gpu && o.gpu_memory_budget) pages = gpu->max_pages();
+#endif
       const std::int64_t capacity = cache_docs_for_pages(wc, o.page_size, pages);
       const Analytic a = analytic(wc, capacity);
       for (Mode mode : o.modes) {
         ++point;
-        CpuBackend backend(model, pages, o.page_size, o.weight_seed);
+        std::unique_ptr<CpuBackend> cpu;
+        Backend* backend = nullptr;
+#if LAZYATTN_RAG_CUDA
+        if (gpu) {
+          gpu->reset_store(pages);
+          backend = gpu.get();
+        }
+#endif
+        if (!backend) {
+          cpu = std::make_unique<CpuBackend>(model, pages, o.page_size, o.weight_seed);
+          backend = cpu.get();
+        }
         EngineConfig ec = o.engine;
         ec.mode = mode;
         ec.lfu_capacity = capacity;
-        Engine engine(backend, w, ec);
+        Engine engine(*backend, w, ec);
         auto bar = [&](int done, int total) {
           if (!o.progress) return;
           const int width = 30, filled = done * width / total;
@@ -245,7 +334,10 @@ int run(const Options& o) {
                        std::string(width - filled, '.').c_str(), done, total);
           if (done == total) std::fputc('\n', stderr);
         };
-        const RunResult r = engine.run(bar);
+        RunResult r = engine.run(bar);
+#if LAZYATTN_RAG_CUDA
+        if (gpu) r.page_bytes = gpu->page_bytes();  // its host store is bookkeeping only
+#endif
         const Summary s = summarize(r, o.warmup);
         std::printf("%-16s %5g %6lld %9.4f %9.4f %9.4f %9.5f %8.3f %8.2f %6.3f %6.3f %6.3f %8.2f\n",
                     std::string(to_string(mode)).c_str(), rate, static_cast<long long>(capacity),
