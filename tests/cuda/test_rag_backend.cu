@@ -1,6 +1,7 @@
 // [cuda][rag] tests of the RAG harness's CUDA backend (bench/rag/cuda_backend.cuh): its logits
-// against the CPU backend's with the same weights, the serving modes on the GPU (lazy computes
-// block-attention's tokens), and the configurations the kernels cannot run. The backends come
+// against the CPU backend's with the same weights (and decode steps through cuda::decode against
+// cuda::prefill), the serving modes on the GPU (lazy computes block-attention's tokens), and the
+// configurations the kernels cannot run. The backends come
 // compiled from lazyattn_rag_backends (bench/rag/backends.cmake), so this translation unit holds
 // neither the kernels nor Eigen; where that library is not built, it compiles to nothing.
 #include "support/catch.hpp"
@@ -137,9 +138,12 @@ TEST_CASE("rag cuda backend: logits match the CPU backend's with the same weight
   co.max_step_tokens = 256;
   co.max_batch = 4;
   std::unique_ptr<DeviceBackend> gpu = make_cuda_backend(model, co);
-  Side sides[2];
+  co.decode_kernel = false;  // decode steps through cuda::prefill too (--decode-attention prefill)
+  std::unique_ptr<DeviceBackend> gpu_prefill = make_cuda_backend(model, co);
+  Side sides[3];
   sides[0].backend = cpu.get();
   sides[1].backend = gpu.get();
+  sides[2].backend = gpu_prefill.get();
 
   // Documents of awkward lengths; the third stored as position-aware caching does (K rotated at
   // absolute positions 101..200), which the GPU writes after the encoding's attention.
@@ -182,11 +186,11 @@ TEST_CASE("rag cuda backend: logits match the CPU backend's with the same weight
   // two decodes (prefill kernel, one-token queries), and a decode of all three. Each step feeds
   // both sides the CPU's argmax (teacher forcing), so the sequences never part.
   const std::vector<std::vector<int>> steps{{0, 1}, {0, 1}, {0, 1}, {0, 1}, {0, 1, 2}, {0, 1, 2}};
-  double worst = 0;
+  double worst = 0, worst_kernels = 0;
   int rows = 0, tokens_checked = 0;
   for (std::size_t st = 0; st < steps.size(); ++st) {
-    StepOutput outs[2];
-    for (int side = 0; side < 2; ++side) {
+    StepOutput outs[3];
+    for (int side = 0; side < 3; ++side) {
       Side& s = sides[side];
       KvStore& store = s.backend->store();
       StepBatch batch;
@@ -217,6 +221,11 @@ TEST_CASE("rag cuda backend: logits match the CPU backend's with the same weight
     const std::string mismatches = compare_rows(ref.logits, got.logits, vocab, kCpuGpuBound, worst);
     INFO("step " << st << ": " << mismatches);
     CHECK(mismatches.empty());
+    // The decode kernel and the prefill kernel on one-token steps: attention's roundings only.
+    const std::string kernels =
+        compare_rows(got.logits, outs[2].logits, vocab, kModeBound, worst_kernels);
+    INFO("step " << st << ", decode against prefill kernel: " << kernels);
+    CHECK(kernels.empty());
     for (std::size_t b = 0; b < steps[st].size(); ++b) {
       const auto row =
           std::span<const float>(ref.logits)
@@ -233,9 +242,10 @@ TEST_CASE("rag cuda backend: logits match the CPU backend's with the same weight
     }
   }
   // The logits' largest error as a fraction of the bound: the figure to watch when tuning it.
-  WARN("CPU vs GPU logits: largest error " << worst << " of the bound (" << kCpuGpuBound
-                                           << " x row rms); greedy tokens compared on "
-                                           << tokens_checked << " of " << rows << " rows");
+  WARN("CPU vs GPU logits: largest error "
+       << worst << " of the bound (" << kCpuGpuBound << " x row rms); greedy tokens compared on "
+       << tokens_checked << " of " << rows << " rows; decode vs prefill kernel: " << worst_kernels
+       << " of " << kModeBound << " x row rms");
   CHECK(tokens_checked * 3 >= rows);  // not vacuous: most rows are far from a tie
 }
 
