@@ -287,6 +287,10 @@ int run(const Options& o) {
       .field("max_step_tokens", o.engine.max_step_tokens)
       .field("eviction", std::string(to_string(o.engine.eviction)))
       .field("warmup_requests", o.warmup);
+  if (on_gpu) {  // so that runs of the two decode-step kernels stay apart in merged JSON
+    j.field("decode_attention", o.decode_kernel ? "decode" : "prefill")
+        .field("gpu_memory_utilization", o.gpu_memory_utilization);
+  }
   j.open("workload");
   write_workload(j, wc);
   j.close();
