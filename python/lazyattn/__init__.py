@@ -56,10 +56,30 @@ def _handle(h):
     return h._h if h is not None else None
 
 
-class Rope:
+class _Owned:
+    """An object that owns a library handle `_h`, destroyed by lazyattn_<_DESTROY> on close() or
+    when the object is collected."""
+
+    _DESTROY = None
+
+    def close(self):
+        if getattr(self, "_h", None):
+            _capi.call(self._DESTROY, self._h)
+            self._h = None
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+class Rope(_Owned):
     """A RoPE policy from a Hugging Face config: a dict (config.json's contents, or a
     transformers config's to_dict()), a JSON string, or a path to a config.json. Its frequency
     tables live on `device` (default: the current CUDA device)."""
+
+    _DESTROY = "rope_destroy"
 
     def __init__(self, config, device=None):
         if hasattr(config, "to_dict"):
@@ -85,16 +105,6 @@ class Rope:
         self.head_dim, self.rotary_dim = hd.value, rd.value
         self.depends_on_length = bool(dep.value)
 
-    def close(self):
-        if getattr(self, "_h", None):
-            _capi.call("rope_destroy", self._h)
-            self._h = None
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:
-            pass
 
     def __repr__(self):
         return "lazyattn.Rope(head_dim=%d, rotary_dim=%d%s)" % (
@@ -160,9 +170,11 @@ def parallel(docs, tail, start=0):
     return [(d, start) for d in docs] + [(tail, start + longest)]
 
 
-class Plan:
+class Plan(_Owned):
     """A decode batch over a pool (see Pool.plan). Valid while its documents stay stored and its
     tails keep their length."""
+
+    _DESTROY = "plan_destroy"
 
     def __init__(self, pool, h, rope):
         self.pool, self._h, self.rope = pool, h, rope
@@ -170,21 +182,12 @@ class Plan:
         _capi.call("plan_info", h, ctypes.byref(nr), ctypes.byref(nk), ctypes.byref(nw))
         self.num_requests, self.num_keys, self.num_work = nr.value, nk.value, nw.value
 
-    def close(self):
-        if getattr(self, "_h", None):
-            _capi.call("plan_destroy", self._h)
-            self._h = None
 
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:
-            pass
-
-
-class Pool:
+class Pool(_Owned):
     """K/V pools [num_layers, num_pages, num_kv_heads, page_size, head_dim] of `dtype` on a CUDA
     device, with page bookkeeping (documents keyed by content, pins, LRU eviction, tails)."""
+
+    _DESTROY = "pool_destroy"
 
     def __init__(self, num_layers, num_kv_heads, head_dim, page_size=16, dtype=torch.bfloat16,
                  num_pages=1024, device=None):
@@ -201,16 +204,6 @@ class Pool:
                        _DTYPES[dtype], num_pages, ctypes.byref(h))
         self._h = h
 
-    def close(self):
-        if getattr(self, "_h", None):
-            _capi.call("pool_destroy", self._h)
-            self._h = None
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:
-            pass
 
     def stats(self):
         s = _capi.PoolStats()
