@@ -140,10 +140,28 @@ def markdown(rows, meta):
     return "\n".join(lines) + "\n"
 
 
-def plot(rows, path, meta):
+def bars(path, labels, series, ylabel, title, ceiling=None, figsize=(10, 4.5)):
+    """One grouped bar chart: series is [(name, [value per label])], ceiling a dashed line."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=figsize)
+    w = 0.8 / len(series)
+    for i, (name, vals) in enumerate(series):
+        ax.bar([x + (i - (len(series) - 1) / 2) * w for x in range(len(labels))], vals, w,
+               label=name)
+    if ceiling is not None:
+        ax.axhline(ceiling, color="k", ls="--", lw=1, label="device copy")
+    ax.set_xticks(range(len(labels)))
+    ax.set_xticklabels(labels)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.legend(fontsize=8, ncol=3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def plot(rows, path, meta):
     rows = [r for r in rows if r["layout"] == "single" or r["batch"] > 1]
     labels = [f"{r['batch']}x{r['context']}" + (" rag" if r["layout"] == "rag" else "") for r in rows]
     series = [("ours local", [r["ours_tbps"].get("local") or 0 for r in rows]),
@@ -151,40 +169,20 @@ def plot(rows, path, meta):
               ("ours RoPE off", [r["ours_tbps"].get("rope_off") or 0 for r in rows]),
               ("cuDNN (no RoPE)", [r["cudnn_tbps"] or 0 for r in rows]),
               ("flash (no RoPE)", [r["flash_tbps"] or 0 for r in rows])]
-    fig, ax = plt.subplots(figsize=(10, 4.5))
-    w = 0.16
-    for i, (name, vals) in enumerate(series):
-        ax.bar([x + (i - 2) * w for x in range(len(rows))], vals, w, label=name)
-    ax.axhline(rows[0]["copy_tbps"], color="k", ls="--", lw=1, label="device copy")
-    ax.set_xticks(range(len(rows)))
-    ax.set_xticklabels(labels)
-    ax.set_ylabel("TB/s (K+V bytes / time)")
-    ax.set_title(f"Decode on {meta['device']}, Llama-3-8B heads, bf16, page 16 ({meta['date']})")
-    ax.legend(fontsize=8, ncol=3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    bars(path, labels, series, "TB/s (K+V bytes / time)",
+         f"Decode on {meta['device']}, Llama-3-8B heads, bf16, page 16 ({meta['date']})",
+         ceiling=rows[0]["copy_tbps"])
 
 
 def plot_prefill(rows, path, meta):
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
     series = [("ours local", [r["ours_tflops"].get("local") or 0 for r in rows]),
               ("ours raw", [r["ours_tflops"].get("raw") or 0 for r in rows]),
               ("ours RoPE off", [r["ours_tflops"].get("rope_off") or 0 for r in rows]),
               ("flash (no RoPE)", [r["flash_tflops"] or 0 for r in rows]),
               ("cuDNN (no RoPE)", [r["cudnn_tflops"] or 0 for r in rows])]
-    fig, ax = plt.subplots(figsize=(8, 4.5))
-    w = 0.16
-    for i, (name, vals) in enumerate(series):
-        ax.bar([x + (i - 2) * w for x in range(len(rows))], vals, w, label=name)
-    ax.set_xticks(range(len(rows)))
-    ax.set_xticklabels([r["shape"] for r in rows])
-    ax.set_ylabel("TFLOP/s")
-    ax.set_title(f"Prefill on {meta['device']}, Llama-3-8B heads, bf16, page 16 ({meta['date']})")
-    ax.legend(fontsize=8, ncol=3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    bars(path, [r["shape"] for r in rows], series, "TFLOP/s",
+         f"Prefill on {meta['device']}, Llama-3-8B heads, bf16, page 16 ({meta['date']})",
+         figsize=(8, 4.5))
 
 
 def main():
