@@ -22,6 +22,7 @@
 #include "engine.hpp"
 #include "lazyattn/kv/plan.hpp"
 #include "random.hpp"
+#include "rag/small_workload.hpp"
 #include "workload.hpp"
 
 using namespace lazyattn;
@@ -251,20 +252,6 @@ TEST_CASE("rag cuda backend: logits match the CPU backend's with the same weight
 
 namespace {
 
-WorkloadConfig gpu_workload(int vocab) {
-  WorkloadConfig c;
-  c.num_documents = 8;
-  c.docs_per_request = 3;
-  c.doc_length = 40;  // not a multiple of the page size
-  c.question_length = 5;
-  c.output_tokens = 5;
-  c.zipf = 1.0;
-  c.num_requests = 6;
-  c.seed = 3;
-  c.vocab_size = vocab;
-  return c;
-}
-
 RunResult run_mode(DeviceBackend& gpu, const Workload& w, Mode mode, std::int64_t cache_docs,
                    EngineConfig ec) {
   gpu.reset_store(kv_pages_for_cache(w.config, 16, cache_docs));
@@ -326,7 +313,8 @@ TEST_CASE("rag cuda backend: the modes complete, lazy computes block-attention's
   std::unique_ptr<DeviceBackend> gpu = make_cuda_backend(model, co);  // device-drawn weights
 
   SECTION("every mode completes with requests batched and queued") {
-    WorkloadConfig c = gpu_workload(vocab);
+    WorkloadConfig c =
+        lazyattn::rag::test::small_workload(vocab, /*num_requests=*/6, /*output_tokens=*/5);
     c.rate = 1000;  // arrivals faster than service: requests batch, queue and share steps
     const Workload w = make_workload(c);
     for (Mode mode : kAllModes) {
@@ -341,7 +329,8 @@ TEST_CASE("rag cuda backend: the modes complete, lazy computes block-attention's
 
   SECTION("lazy, block-attention and position-aware emit the same tokens; prefix as full") {
     // Requests far apart: each runs alone, so every mode runs the same GEMM shapes.
-    WorkloadConfig c = gpu_workload(vocab);
+    WorkloadConfig c =
+        lazyattn::rag::test::small_workload(vocab, /*num_requests=*/6, /*output_tokens=*/5);
     c.rate = 0.05;
     const Workload w = make_workload(c);
     EngineConfig ec;

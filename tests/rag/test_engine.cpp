@@ -11,9 +11,11 @@
 #include <vector>
 
 #include "../../bench/rag/rag.hpp"
+#include "rag/small_workload.hpp"
 
 using namespace lazyattn;
 using namespace lazyattn::rag;
+using lazyattn::rag::test::small_workload;
 
 namespace {
 
@@ -34,20 +36,6 @@ Run run(const std::string& model_name, const Workload& w, Mode mode, std::int64_
   Engine engine(*r.backend, w, ec);
   r.result = engine.run();
   return r;
-}
-
-WorkloadConfig small_workload(int vocab) {
-  WorkloadConfig c;
-  c.num_documents = 8;
-  c.docs_per_request = 3;
-  c.doc_length = 40;  // not a multiple of the page size
-  c.question_length = 5;
-  c.output_tokens = 4;
-  c.zipf = 1.0;
-  c.num_requests = 10;
-  c.seed = 3;
-  c.vocab_size = vocab;
-  return c;
 }
 
 // Every request done, in order of time, and nothing left pinned or held by a tail.
