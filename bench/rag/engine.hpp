@@ -23,6 +23,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <limits>
 #include <optional>
 #include <span>
 #include <unordered_map>
@@ -71,6 +72,55 @@ struct RunResult {
   double mean_pages = 0;  // time-weighted over the busy steps
   KvStoreStats store;
 };
+
+// Merges neighbouring document segments of one request that hold keys in local form at the same
+// start, where the first one fills its last page: the merged segment's pages are the two lists
+// back to back and its keys carry the same rotations, so attention is unchanged, with one query
+// rotation and one schedule item instead of two. That is how block-attention's private copies,
+// position-aware documents and prefix blocks (all keys at their absolute positions, start 0)
+// become the one contiguous KV run a conventional cache gives them. Lazy documents keep their
+// separate starts. Raw-form segments never merge: their keys are rotated by slot in the kernel.
+inline void coalesce_document_segments(Plan& plan) {
+  const auto local = static_cast<std::uint8_t>(StorageForm::kLocal);
+  const auto document = static_cast<std::uint8_t>(SegmentKind::kDocument);
+  Plan out;
+  out.page_size = plan.page_size;
+  out.request_query_indptr = plan.request_query_indptr;
+  out.request_kv_length = plan.request_kv_length;
+  out.request_query_position = plan.request_query_position;
+  out.request_rope_length = plan.request_rope_length;
+  for (std::int32_t b = 0; b < plan.num_requests(); ++b) {
+    const auto rb = static_cast<std::size_t>(b);
+    for (std::int32_t s = plan.request_segment_indptr[rb]; s < plan.request_segment_indptr[rb + 1];
+         ++s) {
+      const auto i = static_cast<std::size_t>(s);
+      const auto p0 = static_cast<std::size_t>(plan.segment_page_indptr[i]),
+                 p1 = static_cast<std::size_t>(plan.segment_page_indptr[i + 1]);
+      const bool merge =
+          s > plan.request_segment_indptr[rb] && plan.segment_kind[i] == document &&
+          plan.segment_form[i] == local && out.segment_kind.back() == document &&
+          out.segment_form.back() == local && out.segment_start.back() == plan.segment_start[i] &&
+          out.segment_length.back() % plan.page_size == 0 &&
+          std::int64_t{out.segment_length.back()} + plan.segment_length[i] <=
+              std::numeric_limits<std::int32_t>::max();
+      out.page_ids.insert(out.page_ids.end(), plan.page_ids.begin() + static_cast<std::ptrdiff_t>(p0),
+                          plan.page_ids.begin() + static_cast<std::ptrdiff_t>(p1));
+      if (merge) {
+        out.segment_page_indptr.back() = static_cast<std::int32_t>(out.page_ids.size());
+        out.segment_length.back() += plan.segment_length[i];
+        continue;
+      }
+      if (s == plan.request_tail_segment[rb]) out.request_tail_segment.push_back(out.num_segments());
+      out.segment_page_indptr.push_back(static_cast<std::int32_t>(out.page_ids.size()));
+      out.segment_length.push_back(plan.segment_length[i]);
+      out.segment_start.push_back(plan.segment_start[i]);
+      out.segment_form.push_back(plan.segment_form[i]);
+      out.segment_kind.push_back(plan.segment_kind[i]);
+    }
+    out.request_segment_indptr.push_back(out.num_segments());
+  }
+  plan = std::move(out);
+}
 
 class Engine {
  public:
@@ -325,8 +375,9 @@ class Engine {
       }
       rec.reused_tokens = a.cached_blocks * P_;
       for (std::int64_t j = 0; j < D; ++j) rec.doc_hits += (j + 1) * doc_len() <= rec.reused_tokens;
+      // Blocks hold keys at their absolute positions (start 0): one KV run once coalesced.
       for (std::int64_t b = 0; b < a.cached_blocks; ++b)
-        a.segments.push_back(Segment::document(a.pins[static_cast<std::size_t>(b)], P_, b * P_));
+        a.segments.push_back(Segment::document(a.pins[static_cast<std::size_t>(b)], P_, 0));
       a.tail_start = rec.reused_tokens;
       a.input.assign(prompt.begin() + rec.reused_tokens, prompt.end());
     } else if (c_.mode == Mode::kFull) {
@@ -394,7 +445,8 @@ class Engine {
   }
 
   // Prefix mode: the prompt's full blocks computed here become cache entries (copied out of the
-  // tail, K re-rotated from tail positions to block-local ones) and are unpinned at once.
+  // tail, K re-rotated from tail positions to absolute ones: an exact prefix always sits at the
+  // same positions, as in vLLM's cache) and are unpinned at once.
   void publish_blocks(Active& a) {
     const std::vector<std::int32_t> tail_pages = store_.info(a.tail).pages;
     for (auto b = static_cast<std::size_t>(a.cached_blocks); b < a.block_keys.size(); ++b) {
@@ -403,7 +455,7 @@ class Engine {
       const InsertResult r = store_.allocate(key, StorageForm::kLocal, P_);
       if (r.inserted) {
         const std::int64_t offset = static_cast<std::int64_t>(b) * P_ - a.tail_start;
-        backend_.copy_rotated(tail_pages, offset, store_.info(r.handle).pages, P_, -offset);
+        backend_.copy_rotated(tail_pages, offset, store_.info(r.handle).pages, P_, a.tail_start);
         store_.commit(r.handle);
         if (c_.eviction == Eviction::kLfu) entries_[key] = r.handle;
         result_.tokens_copied += P_;
@@ -504,6 +556,7 @@ class Engine {
     Plan plan;
     if (!batch.extends.empty()) {
       plan = make_plan(store_, layouts);
+      coalesce_document_segments(plan);
       batch.plan = &plan;
       for (std::size_t b = 0; b < inputs.size(); ++b) batch.extends[b].tokens = inputs[b];
     }

@@ -352,6 +352,7 @@ int run(const Options& o) {
         j.open();
         j.field("mode", std::string(to_string(mode))).field("rate", rate);
         write_summary(j, s, r, a);
+        write_requests(j, r);
         j.close();
       }
     }

@@ -221,4 +221,18 @@ inline void write_summary(JsonWriter& j, const Summary& s, const RunResult& r, c
       .field("evictions", r.store.evictions);
 }
 
+// Per request, in id order: arrival and TTFT (simulated seconds) and document hits, for
+// latency distributions and plots (the warm-up requests included; `warmup_requests` says how many).
+inline void write_requests(JsonWriter& j, const RunResult& r) {
+  j.open("request_arrival_s", '[');
+  for (const RequestRecord& q : r.requests) j.field(nullptr, q.arrival);
+  j.close(']');
+  j.open("request_ttft_s", '[');
+  for (const RequestRecord& q : r.requests) j.field(nullptr, q.first_token - q.arrival);
+  j.close(']');
+  j.open("request_doc_hits", '[');
+  for (const RequestRecord& q : r.requests) j.field(nullptr, q.doc_hits);
+  j.close(']');
+}
+
 }  // namespace lazyattn::rag

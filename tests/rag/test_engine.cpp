@@ -12,6 +12,7 @@
 
 #include "../../bench/rag/rag.hpp"
 #include "rag/small_workload.hpp"
+#include "support/random.hpp"
 
 using namespace lazyattn;
 using namespace lazyattn::rag;
@@ -275,4 +276,67 @@ TEST_CASE("rag: hit ratios match the analytic ones within sampling error", "[rag
       CHECK(std::fabs(sum.hit_ratio - k.expected) <= 4 * sigma + k.model_error);
     }
   }
+}
+
+TEST_CASE("rag: coalescing same-start local document segments keeps attention", "[rag]") {
+  // Four documents of 32, 32, 20 and 32 tokens (page size 16) and a tail: segments 0 and 1 share
+  // start 0 (keys at their own positions, as block-attention's copies), segment 2 too but follows
+  // a full document, segment 3 has its own start (a lazy document), segment 4 is raw-form.
+  constexpr int P = 16, D = 32, H = 2, G = 2;
+  KvStore store(KvStoreConfig{.num_layers = 1, .num_kv_heads = H, .head_dim = D, .page_size = P,
+                              .dtype = DType::kFloat32, .num_pages = 64});
+  lazyattn::test::Rng rng(11);
+  auto doc = [&](std::uint64_t id, std::int64_t len, StorageForm form) {
+    const auto n = static_cast<std::size_t>(len * H * D);
+    return store.insert(DocKey{id, id}, form, len, lazyattn::test::random_normal(n, rng),
+                        lazyattn::test::random_normal(n, rng)).handle;
+  };
+  const DocHandle a = doc(1, 32, StorageForm::kLocal), b = doc(2, 32, StorageForm::kLocal),
+                  c = doc(3, 20, StorageForm::kLocal), d = doc(4, 32, StorageForm::kLocal),
+                  e = doc(5, 32, StorageForm::kRaw);
+  const TailHandle t = store.create_tail(StorageForm::kLocal);
+  const std::int64_t tail_len = 5;
+  store.append(t, tail_len, lazyattn::test::random_normal(tail_len * H * D, rng),
+               lazyattn::test::random_normal(tail_len * H * D, rng));
+  RequestLayout r;
+  r.segments = {Segment::document(a, 32, 0),   Segment::document(b, 32, 0),
+                Segment::document(c, 20, 0),   Segment::document(d, 32, 0),
+                Segment::document(e, 32, 300), Segment::of_tail(t, tail_len, 400)};
+  r.num_queries = 3;
+  RequestLayout lazy = r;  // every start its own: nothing merges
+  for (std::size_t j = 0; j + 1 < lazy.segments.size(); ++j)
+    lazy.segments[j].start = 100 * static_cast<std::int64_t>(j);
+  lazy.segments.back().start = 1000;
+  const std::vector<RequestLayout> layouts{lazy, r};
+  const Plan plan = make_plan(store, layouts);
+  Plan merged = plan;
+  coalesce_document_segments(merged);
+
+  // Request 0 untouched; request 1: {a, b, c} merged (a and b fill their pages; c follows at
+  // the same start), then d apart although its start is 0 too (c's 20 tokens end mid-page), e
+  // apart (raw form), the tail.
+  REQUIRE(merged.num_requests() == 2);
+  CHECK(merged.request_segment_indptr == std::vector<std::int32_t>{0, 6, 10});
+  CHECK(merged.request_tail_segment == std::vector<std::int32_t>{5, 9});
+  CHECK(std::vector<std::int32_t>(merged.segment_length.begin() + 6, merged.segment_length.end()) ==
+        std::vector<std::int32_t>{84, 32, 32, 5});
+  CHECK(merged.page_ids == plan.page_ids);
+  CHECK(merged.segment_page_indptr.back() == plan.segment_page_indptr.back());
+  CHECK(merged.segment_page_indptr[7] - merged.segment_page_indptr[6] == 2 + 2 + 2);
+  CHECK(merged.request_kv_length == plan.request_kv_length);
+
+  // The attention is the same, to float rounding (the softmax blocks differ).
+  RopeConfig rope_config;
+  rope_config.head_dim = D;
+  const RopePolicy rope(rope_config);
+  const AttentionParams params{.num_qo_heads = H * G, .num_kv_heads = H, .head_dim = D};
+  const std::vector<float> q = lazyattn::test::random_normal(static_cast<std::size_t>(6 * H * G * D), rng);
+  std::vector<float> o1(q.size()), o2(q.size()), l1(6 * H * G), l2(6 * H * G);
+  ref::eigen::prefill(store, plan, 0, rope, params, q, o1, l1);
+  ref::eigen::prefill(store, merged, 0, rope, params, q, o2, l2);
+  double diff = 0;
+  for (std::size_t i = 0; i < o1.size(); ++i)
+    diff = std::max(diff, static_cast<double>(std::fabs(o1[i] - o2[i])));
+  CHECK(diff < 1e-5);
+  for (std::size_t i = 0; i < l1.size(); ++i) CHECK(l1[i] == Approx(l2[i]).epsilon(1e-5));
 }
