@@ -18,7 +18,6 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
-#include <cstring>
 #include <memory>
 #include <span>
 #include <sstream>
@@ -413,30 +412,25 @@ class CudaBackend final : public DeviceBackend {
   };
   static constexpr std::uint8_t kRead = 1, kWritten = 2;
 
-  // Host arrays packed back to back (16-byte aligned) and sent to the device in one copy.
+  // Host arrays packed back to back (cuda::detail::Packer) and sent to the device in one copy.
   class Upload {
    public:
     template <class T>
     std::size_t add(const std::vector<T>& v) {
-      const std::size_t off = (size_ + 15) & ~std::size_t{15};
-      parts_.push_back(Part{v.data(), v.size() * sizeof(T), off});
-      size_ = off + v.size() * sizeof(T);
-      return off;
+      return packer_.add(v);
     }
     // From pageable memory: cudaMemcpyAsync returns once the host bytes are staged, so `host`
     // may be rewritten at once; `device` is reused in stream order.
     void send(std::vector<std::byte>& host, cuda::DeviceBuffer<std::byte>& device,
               cudaStream_t stream) const {
-      host.resize(std::max<std::size_t>(size_, 16));
-      for (const Part& p : parts_) {
-        if (p.bytes) std::memcpy(host.data() + p.offset, p.src, p.bytes);
-      }
+      host.resize(std::max<std::size_t>(packer_.size(), 16));
+      packer_.write(host.data());
       if (device.size() < host.size()) {
         LAZYATTN_CUDA_CHECK(cudaStreamSynchronize(stream));  // the old buffer may be in use
         device.reserve(host.size() * 2);
       }
-      LAZYATTN_CUDA_CHECK(
-          cudaMemcpyAsync(device.data(), host.data(), size_, cudaMemcpyHostToDevice, stream));
+      LAZYATTN_CUDA_CHECK(cudaMemcpyAsync(device.data(), host.data(), packer_.size(),
+                                          cudaMemcpyHostToDevice, stream));
     }
     template <class T>
     static T* at(cuda::DeviceBuffer<std::byte>& device, std::size_t offset) {
@@ -444,13 +438,7 @@ class CudaBackend final : public DeviceBackend {
     }
 
    private:
-    struct Part {
-      const void* src;
-      std::size_t bytes;
-      std::size_t offset;
-    };
-    std::vector<Part> parts_;
-    std::size_t size_ = 0;
+    cuda::detail::Packer packer_;
   };
 
   static double gib(std::size_t bytes) { return static_cast<double>(bytes) / (1u << 30); }

@@ -4,10 +4,10 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <cstring>
 #include <vector>
 
 #include "lazyattn/cuda/common.cuh"
+#include "lazyattn/cuda/packer.hpp"
 #include "lazyattn/cuda/schedule.hpp"
 #include "lazyattn/kv/plan.hpp"
 
@@ -48,7 +48,7 @@ class DevicePlan {
   // Packs and uploads; the buffers are reused across calls when large enough. The host Plan may
   // be destroyed once this returns. Only waits if the previous upload's copy is still running.
   void upload(const Plan& plan, const DecodeSchedule& sched, cudaStream_t stream = nullptr) {
-    Packer pk;
+    detail::Packer pk;
     view_.num_requests = plan.num_requests();
     view_.num_segments = plan.num_segments();
     view_.num_queries = plan.num_queries();
@@ -79,16 +79,16 @@ class DevicePlan {
 
     if (ready_) LAZYATTN_CUDA_CHECK(cudaEventSynchronize(ready_));  // staging free again
     else LAZYATTN_CUDA_CHECK(cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming));
-    if (pk.size > staging_bytes_) {
+    if (pk.size() > staging_bytes_) {
       if (staging_) LAZYATTN_CUDA_CHECK(cudaFreeHost(staging_));
       staging_ = nullptr;
-      LAZYATTN_CUDA_CHECK(cudaMallocHost(&staging_, pk.size));
-      staging_bytes_ = pk.size;
+      LAZYATTN_CUDA_CHECK(cudaMallocHost(&staging_, pk.size()));
+      staging_bytes_ = pk.size();
     }
     pk.write(static_cast<std::byte*>(staging_));
-    buffer_.reserve(pk.size);
+    buffer_.reserve(pk.size());
     LAZYATTN_CUDA_CHECK(
-        cudaMemcpyAsync(buffer_.data(), staging_, pk.size, cudaMemcpyHostToDevice, stream));
+        cudaMemcpyAsync(buffer_.data(), staging_, pk.size(), cudaMemcpyHostToDevice, stream));
     LAZYATTN_CUDA_CHECK(cudaEventRecord(ready_, stream));
 
     std::byte* d = buffer_.data();
@@ -129,28 +129,6 @@ class DevicePlan {
   const DecodeScheduleView& schedule() const { return sched_; }
 
  private:
-  // Lays arrays out back to back, each 16-byte aligned.
-  struct Packer {
-    struct Part {
-      const void* src;
-      std::size_t bytes;
-      std::size_t offset;
-    };
-    std::vector<Part> parts;
-    std::size_t size = 0;
-    template <class T>
-    std::size_t add(const std::vector<T>& v) {
-      std::size_t off = (size + 15) & ~std::size_t{15};
-      parts.push_back({v.data(), v.size() * sizeof(T), off});
-      size = off + v.size() * sizeof(T);
-      return off;
-    }
-    void write(std::byte* dst) const {
-      for (const Part& p : parts)
-        if (p.bytes) std::memcpy(dst + p.offset, p.src, p.bytes);
-    }
-  };
-
   PlanView view_;
   DecodeScheduleView sched_;
   DeviceBuffer<std::byte> buffer_;
