@@ -56,69 +56,52 @@ inline RopeConfig llama3_rope(int head_dim, double factor) {
   r.rope_scaling.original_max_position_embeddings = 8192;
   return r;
 }
+
+// One row per configuration: shape, Llama 3 RoPE factor, tied embeddings.
+struct ModelRow {
+  const char* name;
+  int vocab, hidden, intermediate, layers, qo_heads, kv_heads, head_dim;
+  double rope_factor;
+  bool tied;
+};
+inline constexpr ModelRow kModelRows[] = {
+    // the smallest that exercises GQA; for tests that run many requests
+    {"micro", 64, 32, 64, 1, 2, 1, 16, 8.0, false},
+    {"tiny", 512, 256, 512, 2, 8, 2, 32, 8.0, false},
+    // tiny at head dim 64, the smallest the CUDA kernels take
+    {"tiny-d64", 512, 512, 1024, 2, 8, 2, 64, 8.0, false},
+    {"llama-3.2-1b", 128256, 2048, 8192, 16, 32, 8, 64, 32.0, true},
+    {"llama-3.1-8b", 128256, 4096, 14336, 32, 32, 8, 128, 8.0, false},
+};
 }  // namespace detail
 
 inline std::vector<std::string> model_config_names() {
-  return {"micro", "tiny", "tiny-d64", "llama-3.2-1b", "llama-3.1-8b"};
+  std::vector<std::string> names;
+  for (const detail::ModelRow& m : detail::kModelRows) names.emplace_back(m.name);
+  return names;
 }
 
 // The configuration called `name`; throws naming the known ones otherwise.
 inline ModelConfig model_config(std::string_view name) {
-  ModelConfig c;
-  c.name = std::string(name);
-  if (name == "micro") {  // the smallest that exercises GQA; for tests that run many requests
-    c.vocab_size = 64;
-    c.hidden_size = 32;
-    c.intermediate_size = 64;
-    c.num_layers = 1;
-    c.num_qo_heads = 2;
-    c.num_kv_heads = 1;
-    c.head_dim = 16;
-    c.rope = detail::llama3_rope(16, 8.0);
-  } else if (name == "tiny") {
-    c.vocab_size = 512;
-    c.hidden_size = 256;
-    c.intermediate_size = 512;
-    c.num_layers = 2;
-    c.num_qo_heads = 8;
-    c.num_kv_heads = 2;
-    c.head_dim = 32;
-    c.rope = detail::llama3_rope(32, 8.0);
-  } else if (name == "tiny-d64") {  // tiny at head dim 64, the smallest the CUDA kernels take
-    c.vocab_size = 512;
-    c.hidden_size = 512;
-    c.intermediate_size = 1024;
-    c.num_layers = 2;
-    c.num_qo_heads = 8;
-    c.num_kv_heads = 2;
-    c.head_dim = 64;
-    c.rope = detail::llama3_rope(64, 8.0);
-  } else if (name == "llama-3.2-1b") {
-    c.vocab_size = 128256;
-    c.hidden_size = 2048;
-    c.intermediate_size = 8192;
-    c.num_layers = 16;
-    c.num_qo_heads = 32;
-    c.num_kv_heads = 8;
-    c.head_dim = 64;
-    c.tie_word_embeddings = true;
-    c.rope = detail::llama3_rope(64, 32.0);
-  } else if (name == "llama-3.1-8b") {
-    c.vocab_size = 128256;
-    c.hidden_size = 4096;
-    c.intermediate_size = 14336;
-    c.num_layers = 32;
-    c.num_qo_heads = 32;
-    c.num_kv_heads = 8;
-    c.head_dim = 128;
-    c.rope = detail::llama3_rope(128, 8.0);
-  } else {
-    std::string known;
-    for (const std::string& n : model_config_names()) known += (known.empty() ? "" : ", ") + n;
-    LAZYATTN_CHECK(false, "rag::model_config: unknown config '", name, "', expected one of ",
-                   known);
+  for (const detail::ModelRow& m : detail::kModelRows) {
+    if (name != m.name) continue;
+    ModelConfig c;
+    c.name = m.name;
+    c.vocab_size = m.vocab;
+    c.hidden_size = m.hidden;
+    c.intermediate_size = m.intermediate;
+    c.num_layers = m.layers;
+    c.num_qo_heads = m.qo_heads;
+    c.num_kv_heads = m.kv_heads;
+    c.head_dim = m.head_dim;
+    c.tie_word_embeddings = m.tied;
+    c.rope = detail::llama3_rope(m.head_dim, m.rope_factor);
+    return c;
   }
-  return c;
+  std::string known;
+  for (const std::string& n : model_config_names()) known += (known.empty() ? "" : ", ") + n;
+  ::lazyattn::detail::throw_error("rag::model_config: unknown config '", name,
+                                  "', expected one of ", known);
 }
 
 }  // namespace lazyattn::rag
