@@ -25,7 +25,6 @@ an 8 GB device copy timed in the same process.
 """
 import json
 import os
-import statistics
 import sys
 import time
 
@@ -36,7 +35,7 @@ REPO = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(REPO, "python"))
 sys.path.insert(0, HERE)
 import lazyattn  # noqa: E402
-from sdpa_peers import backend_call, copy_case  # noqa: E402
+from sdpa_peers import backend_call, copy_case, median_ms  # noqa: E402
 from torch.nn.attention import SDPBackend  # noqa: E402
 
 HQ, HK, D, PAGE, TAIL = 32, 8, 128, 16, 32
@@ -59,19 +58,9 @@ def time_calls(call, variants, samples, inner):
     """Median ms per call of call(i) (i selects the input copy), launched eagerly and from a CUDA
     graph of `inner` calls. Returns {"eager_ms", "graph_ms" or "graph_error"}."""
     out = {}
-    for i in range(max(3, variants)):  # warm-up: attributes, workspaces, autotuning
-        call(i % variants)
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(samples):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        for j in range(inner):
-            call(j % variants)
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b) / inner)
-    out["eager_ms"] = statistics.median(times)
+    # Eager: sdpa_peers.median_ms's back-to-back timing (warm-up: attributes, workspaces, autotuning).
+    out["eager_ms"] = median_ms(call, list(range(variants)), warmup=max(3, variants),
+                                repeats=samples, inner=inner)[0]
     try:
         g = torch.cuda.CUDAGraph()
         side = torch.cuda.Stream()
@@ -87,17 +76,9 @@ def time_calls(call, variants, samples, inner):
         with ctx:
             for j in range(inner):
                 call(j % variants)
-        g.replay()
-        torch.cuda.synchronize()
-        times = []
-        for _ in range(samples):
-            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            a.record()
-            g.replay()
-            b.record()
-            b.synchronize()
-            times.append(a.elapsed_time(b) / inner)
-        out["graph_ms"] = statistics.median(times)
+        # One replay holds `inner` calls.
+        out["graph_ms"] = median_ms(lambda _: g.replay(), [None], warmup=1, repeats=samples,
+                                    inner=1)[0] / inner
         del g
     except Exception as e:  # capture refused: the eager figure stands alone
         out["graph_error"] = repr(e)[:300]
