@@ -62,6 +62,7 @@ struct DeviceScenario {
   int prefill_kv_splits = 0;  // cuda::PrefillArgs::kv_splits
 
   bool use_prefill = false;
+  bool tma = false;  // cuda::DecodeArgs::tma (experimental TMA loader)
 
   // forced_splits < 0: the prefill kernel (its own schedule); otherwise decode with that many
   // splits (0: the heuristic).
@@ -103,6 +104,7 @@ struct DeviceScenario {
     a.layer = sc.spec.layer;
     a.params = sc.spec.params();
     a.rope = rope_on;
+    a.tma = tma;
     return a;
   }
 
