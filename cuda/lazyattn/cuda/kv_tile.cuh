@@ -21,9 +21,18 @@ __device__ __forceinline__ int swizzle(int row, int chunk) {
   return row * D + ((chunk ^ (row & 7)) << 3);
 }
 
+// Element (row, chunk) of a [kRows][D] 16-bit tile kept as D/64 column blocks of [kRows][64],
+// each 128-byte row's chunks permuted by chunk ^ (row % 8): the layout the TMA's 128-byte swizzle
+// writes and wgmma's descriptors read (lazyattn/cuda/wgmma.cuh). Blocks at 1024-byte boundaries.
+template <int D, int kRows>
+__device__ __forceinline__ int blocked_swizzle(int row, int chunk) {
+  return (chunk >> 3) * (kRows * 64) + row * 64 + (((chunk & 7) ^ (row & 7)) << 3);
+}
+
 // A ring of S stages, each a K tile then a V tile of [kTileKeys][D] elements. One object per
 // thread; its rolling registers hold the record and page ids of the next tiles to issue.
-template <class T, int D, int kThreads, int S>
+// kBlocked: tiles in blocked_swizzle layout (wgmma) instead of swizzle's.
+template <class T, int D, int kThreads, int S, bool kBlocked = false>
 struct TileStream {
   static constexpr int kChunks = D / 8;  // 16-byte chunks per row
   static constexpr int kRowsPerPass = kThreads / kChunks;
@@ -76,7 +85,8 @@ struct TileStream {
       int slot = (ti.key0 + min(r, max(ti.rows - 1, 0))) & mask;
       std::int64_t off = static_cast<std::int64_t>(pg[i]) * page_stride +
                          static_cast<std::int64_t>(slot) * D + chunk * 8;
-      ptx::cp_async_16(ptx::smem_addr(dst + swizzle<D>(r, chunk)), src + off, valid);
+      const int at = kBlocked ? blocked_swizzle<D, kTileKeys>(r, chunk) : swizzle<D>(r, chunk);
+      ptx::cp_async_16(ptx::smem_addr(dst + at), src + off, valid);
     }
   }
 
