@@ -312,7 +312,7 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
     const T* vs = stream.v_stage(it % S);
     // Element (row, 16-byte chunk) of a K or V tile in the loader's layout.
     auto kv_offset = [](int row, int chunk) {
-      if constexpr (kTma) return tma_swizzle<D, kDecodeTileKeys>(row, chunk);
+      if constexpr (kTma) return blocked_swizzle<D, kDecodeTileKeys>(row, chunk);
       else return swizzle<D>(row, chunk);
     };
 

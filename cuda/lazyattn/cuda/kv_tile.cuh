@@ -22,9 +22,18 @@ __device__ __forceinline__ int swizzle(int row, int chunk) {
   return row * D + ((chunk ^ (row & 7)) << 3);
 }
 
+// Element (row, chunk) of a [kRows][D] 16-bit tile kept as D/64 column blocks of [kRows][64],
+// each 128-byte row's chunks permuted by chunk ^ (row % 8): the layout the TMA's 128-byte swizzle
+// writes and wgmma's descriptors read (lazyattn/cuda/wgmma.cuh). Blocks at 1024-byte boundaries.
+template <int D, int kRows>
+__device__ __forceinline__ int blocked_swizzle(int row, int chunk) {
+  return (chunk >> 3) * (kRows * 64) + row * 64 + (((chunk & 7) ^ (row & 7)) << 3);
+}
+
 // A ring of S stages, each a K tile then a V tile of [kTileKeys][D] elements. One object per
 // thread; its rolling registers hold the record and page ids of the next tiles to issue.
-template <class T, int D, int kThreads, int S>
+// kBlocked: tiles in blocked_swizzle layout (wgmma) instead of swizzle's.
+template <class T, int D, int kThreads, int S, bool kBlocked = false>
 struct TileStream {
   static constexpr int kChunks = D / 8;  // 16-byte chunks per row
   static constexpr int kRowsPerPass = kThreads / kChunks;
@@ -77,7 +86,8 @@ struct TileStream {
       int slot = (ti.key0 + min(r, max(ti.rows - 1, 0))) & mask;
       std::int64_t off = static_cast<std::int64_t>(pg[i]) * page_stride +
                          static_cast<std::int64_t>(slot) * D + chunk * 8;
-      ptx::cp_async_16(ptx::smem_addr(dst + swizzle<D>(r, chunk)), src + off, valid);
+      const int at = kBlocked ? blocked_swizzle<D, kTileKeys>(r, chunk) : swizzle<D>(r, chunk);
+      ptx::cp_async_16(ptx::smem_addr(dst + at), src + off, valid);
     }
   }
 
@@ -124,7 +134,7 @@ struct TileStream {
 
 
 // EXPERIMENTAL (branch decode-tma, not run on a GPU yet): the same ring of S stages loaded by the
-// TMA unit. Each stage's K and V tiles are [D / 64][kTileKeys][64] (tma_swizzle), at 1024-byte
+// TMA unit. Each stage's K and V tiles are [D / 64][kTileKeys][64] (blocked_swizzle), at 1024-byte
 // boundaries; one mbarrier per stage counts the stage's bytes. Warp 0 issues: lane i owns box i
 // of a tile (keys i * box_rows ...), fetches its page id a tile ahead, and issues its K and V
 // boxes; lane 0 announces the tile's bytes first. Boxes past a tile's keys are not issued, so

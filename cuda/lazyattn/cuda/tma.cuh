@@ -73,14 +73,6 @@ namespace detail {
 
 inline constexpr int kTmaBoxCols = 64;  // 128 bytes of 16-bit elements: the swizzle span
 
-// Element (row, chunk) of a TMA-loaded [rows][D] tile: `chunk` is the 16-byte chunk of the row
-// (0 .. D/8 - 1). The tile is stored as D/64 column blocks of `rows` x 64.
-template <int D, int kRowsPerBlock>
-__device__ __forceinline__ int tma_swizzle(int row, int chunk) {
-  return (chunk >> 3) * (kRowsPerBlock * kTmaBoxCols) + row * kTmaBoxCols +
-         (((chunk & 7) ^ (row & 7)) << 3);
-}
-
 inline PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
   static PFN_cuTensorMapEncodeTiled_v12000 encode = [] {
     void* fn = nullptr;
