@@ -36,7 +36,7 @@ struct Shape {
   bool rag;     // 5 x 2048 documents at shuffled starts instead of one document
 };
 
-enum class Mode { kLocal, kRaw, kRopeOff, kReencode };
+enum class Mode { kLocal, kRaw, kRopeOff, kReencode, kLocalTma, kRopeOffTma };
 
 const char* name(Mode m) {
   switch (m) {
@@ -44,6 +44,8 @@ const char* name(Mode m) {
     case Mode::kRaw: return "raw";
     case Mode::kRopeOff: return "rope_off";
     case Mode::kReencode: return "reencode";
+    case Mode::kLocalTma: return "local_tma";      // experimental TMA loader
+    case Mode::kRopeOffTma: return "rope_off_tma";
   }
   return "?";
 }
@@ -202,7 +204,8 @@ void run_once(Setup& s, Mode mode, int layer, cudaStream_t stream) {
   a.params.num_qo_heads = kQoHeads;
   a.params.num_kv_heads = kKvHeads;
   a.params.head_dim = kHeadDim;
-  a.rope = mode != Mode::kRopeOff;
+  a.rope = mode != Mode::kRopeOff && mode != Mode::kRopeOffTma;
+  a.tma = mode == Mode::kLocalTma || mode == Mode::kRopeOffTma;
   const cuda::DevicePlan& plan = mode == Mode::kRaw ? s.plan_raw : s.plan_local;
   cuda::decode(a, *s.pool, plan, *s.rope, s.ws, stream);
 }
@@ -246,7 +249,11 @@ int main(int argc, char** argv) {
                             {128, 8192, false}, {64, 10272, true},  {64, 10272, false},
                             {1, 10272, true},  {1, 10272, false}};
   for (const Shape& sh : shapes) {
-    for (Mode m : {Mode::kLocal, Mode::kRaw, Mode::kRopeOff, Mode::kReencode}) {
+    std::vector<Mode> modes{Mode::kLocal, Mode::kRaw, Mode::kRopeOff, Mode::kReencode};
+#ifdef LAZYATTN_EXPERIMENTAL_TMA
+    modes.insert(modes.end(), {Mode::kLocalTma, Mode::kRopeOffTma});
+#endif
+    for (Mode m : modes) {
       std::string n = std::string("decode/B") + std::to_string(sh.batch) + "_L" +
                       std::to_string(sh.context) + (sh.rag ? "_rag" : "_single") + "/" + name(m);
       benchmark::RegisterBenchmark(n.c_str(), bench_decode, sh, m)

@@ -35,10 +35,18 @@ struct Shape {
   int tail_len;      // the request's own tokens, all of them queries
 };
 
-enum class Mode { kLocal, kRaw, kRopeOff };
+// *_wgmma: the experimental Hopper kernel (builds with LAZYATTN_EXPERIMENTAL_WGMMA only).
+enum class Mode { kLocal, kRaw, kRopeOff, kLocalWgmma, kRopeOffWgmma };
 
 const char* name(Mode m) {
-  return m == Mode::kLocal ? "local" : m == Mode::kRaw ? "raw" : "rope_off";
+  switch (m) {
+    case Mode::kLocal: return "local";
+    case Mode::kRaw: return "raw";
+    case Mode::kRopeOff: return "rope_off";
+    case Mode::kLocalWgmma: return "local_wgmma";
+    case Mode::kRopeOffWgmma: return "rope_off_wgmma";
+  }
+  return "?";
 }
 
 struct Setup {
@@ -124,7 +132,8 @@ void bench_prefill(benchmark::State& state, Shape sh, Mode mode) {
   a.params.num_qo_heads = kQoHeads;
   a.params.num_kv_heads = kKvHeads;
   a.params.head_dim = kHeadDim;
-  a.rope = mode != Mode::kRopeOff;
+  a.rope = mode != Mode::kRopeOff && mode != Mode::kRopeOffWgmma;
+  a.wgmma = mode == Mode::kLocalWgmma || mode == Mode::kRopeOffWgmma;
   const cuda::DevicePlan& plan = mode == Mode::kRaw ? s.plan_raw : s.plan_local;
   cudaEvent_t start, stop;
   LAZYATTN_CUDA_CHECK(cudaEventCreate(&start));
@@ -153,7 +162,11 @@ int main(int argc, char** argv) {
   std::vector<Shape> shapes{{"rag_tail", 16, 512, 512}, {"encode_4096", 0, 0, 4096},
                             {"encode_16384", 0, 0, 16384}};
   for (const Shape& sh : shapes) {
-    for (Mode m : {Mode::kLocal, Mode::kRaw, Mode::kRopeOff}) {
+    std::vector<Mode> modes{Mode::kLocal, Mode::kRaw, Mode::kRopeOff};
+#ifdef LAZYATTN_EXPERIMENTAL_WGMMA
+    modes.insert(modes.end(), {Mode::kLocalWgmma, Mode::kRopeOffWgmma});
+#endif
+    for (Mode m : modes) {
       std::string n = "prefill/" + sh.name + "/" + name(m);
       benchmark::RegisterBenchmark(n.c_str(), bench_prefill, sh, m)
           ->UseManualTime()

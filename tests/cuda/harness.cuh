@@ -62,6 +62,8 @@ struct DeviceScenario {
   int prefill_kv_splits = 0;  // cuda::PrefillArgs::kv_splits
 
   bool use_prefill = false;
+  bool tma = false;  // cuda::DecodeArgs::tma (experimental TMA loader)
+  bool prefill_wgmma = false;  // cuda::PrefillArgs::wgmma (experimental Hopper kernel)
 
   // forced_splits < 0: the prefill kernel (its own schedule); otherwise decode with that many
   // splits (0: the heuristic).
@@ -103,6 +105,7 @@ struct DeviceScenario {
     a.layer = sc.spec.layer;
     a.params = sc.spec.params();
     a.rope = rope_on;
+    a.tma = tma;
     return a;
   }
 
@@ -141,6 +144,7 @@ struct DeviceScenario {
       a.params = d.params;
       a.rope = d.rope;
       a.kv_splits = prefill_kv_splits;
+      a.wgmma = prefill_wgmma;
       cuda::prefill(a, pool, on, rope, &pws);
     } else {
       cuda::decode(args(rope_on, q_ptr), pool, on, rope, ws);

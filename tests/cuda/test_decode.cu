@@ -90,9 +90,15 @@ TEST_CASE("decode matches the float64 reference within 2x the eager error", "[cu
       eager_out_err = 2 * ulp * scale;
       eager_lse_err = 8 * ulp;
     }
+#ifdef LAZYATTN_EXPERIMENTAL_TMA
+    for (bool tma : {false, true}) {
+#else
+    for (bool tma : {false}) {
+#endif
     for (int splits : {0, 1, 2, 3, 7}) {
-      INFO("forced splits " << splits << " (0: heuristic)");
+      INFO("forced splits " << splits << " (0: heuristic), TMA loader " << tma);
       gpu::DeviceScenario ds(sc, splits);
+      ds.tma = tma;
       gpu::GpuResult got = ds.deferred();
       CHECK(got.unwritten == 0);
       std::string out_report =
@@ -102,6 +108,7 @@ TEST_CASE("decode matches the float64 reference within 2x the eager error", "[cu
       std::string lse_report = gpu::check_error_rule(got.lse, ref.lse, eager_lse_err, 1e-3);
       INFO(lse_report);
       CHECK(lse_report.empty());
+    }
     }
   }
 }
@@ -132,9 +139,15 @@ TEST_CASE("decode over a long context splits and merges correctly", "[cuda][deco
     gpu::GpuResult eager = eager_ds.eager();
     double e_out = gpu::max_abs_error(eager.out, ref.out);
     double e_lse = gpu::max_abs_error(eager.lse, ref.lse);
+#ifdef LAZYATTN_EXPERIMENTAL_TMA
+    for (bool tma : {false, true})
+#else
+    for (bool tma : {false})
+#endif
     for (int splits : {0, 1, 16, 64}) {
-      INFO("splits " << splits);
+      INFO("splits " << splits << ", TMA loader " << tma);
       gpu::DeviceScenario ds(sc, splits);
+      ds.tma = tma;
       gpu::GpuResult got = ds.deferred();
       CHECK(got.unwritten == 0);
       auto r1 = gpu::check_error_rule(got.out, ref.out, e_out, 1e-3 * gpu::max_abs(ref.out));

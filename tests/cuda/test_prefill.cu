@@ -54,6 +54,13 @@ ScenarioSpec random_prefill_spec(std::uint64_t seed) {
   return s;
 }
 
+// Whether the experimental wgmma kernel takes this scenario (PrefillArgs::wgmma's conditions).
+[[maybe_unused]] bool wgmma_applies(const ScenarioSpec& s) {
+  return s.head_dim == 128 && s.doc_form == StorageForm::kLocal &&
+         s.tail_form == StorageForm::kLocal && s.partial_rotary == 1.0 &&
+         s.pair_layout == PairLayout::kHalf;
+}
+
 // Deferred prefill against the float64 reference, with the eager baseline's error as the bar.
 void check_prefill(const test::ref::Scenario& sc) {
   const ScenarioSpec& spec = sc.spec;
@@ -89,9 +96,55 @@ void check_prefill(const test::ref::Scenario& sc) {
     INFO(r2);
     CHECK(r2.empty());
   }
+#ifdef LAZYATTN_EXPERIMENTAL_WGMMA
+  // The experimental Hopper kernel, where it applies (head dim 128, local form, full rotate-half
+  // rotary dims), under the same rule.
+  if (wgmma_applies(spec)) {
+    ds.prefill_wgmma = true;
+    for (int splits : {0, 1, 3}) {
+      ds.prefill_kv_splits = splits;
+      gpu::GpuResult got = ds.deferred();
+      INFO("wgmma kernel, kv_splits " << splits);
+      CHECK(got.unwritten == 0);
+      std::string r1 = gpu::check_error_rule(got.out, ref.out, eager_out, 1e-3 * scale + 1e-5);
+      INFO(r1);
+      CHECK(r1.empty());
+      std::string r2 = gpu::check_error_rule(got.lse, ref.lse, eager_lse, 1e-3);
+      INFO(r2);
+      CHECK(r2.empty());
+    }
+    ds.prefill_wgmma = false;
+  }
+#endif
 }
 
 }  // namespace
+
+#ifdef LAZYATTN_EXPERIMENTAL_WGMMA
+TEST_CASE("the wgmma prefill kernel on RAG tails and long query runs", "[cuda][prefill][hopper]") {
+  for (std::int64_t nq : {1, 17, 128, 129, 512, 2049}) {
+    ScenarioSpec spec;
+    spec.num_qo_heads = 32;
+    spec.num_kv_heads = 8;
+    spec.head_dim = 128;
+    spec.dtype = nq % 2 ? DType::kBFloat16 : DType::kFloat16;
+    spec.schedule = RopeType::kLlama3;
+    spec.doc_form = spec.tail_form = StorageForm::kLocal;
+    spec.layout = LayoutKind::kShuffled;
+    spec.doc_lengths = {300, 129, 64, 1};
+    spec.docs_per_request = 4;
+    spec.prefixes = false;
+    spec.num_requests = 2;
+    spec.num_queries = {nq, 33};
+    spec.max_tail_extra = 40;
+    spec.seed = 300 + static_cast<std::uint64_t>(nq);
+    REQUIRE(wgmma_applies(spec));
+    test::ref::Scenario sc = test::ref::make_scenario(spec);
+    INFO(spec << "\n" << sc.layout_text);
+    check_prefill(sc);
+  }
+}
+#endif
 
 TEST_CASE("prefill matches the float64 reference within 2x the eager error", "[cuda][prefill]") {
   const int kCases = std::max(1, test::options().cuda_cases / 2);

@@ -31,6 +31,7 @@
 #include "lazyattn/cuda/kv_tile.cuh"
 #include "lazyattn/cuda/ptx.cuh"
 #include "lazyattn/cuda/rope.cuh"
+#include "lazyattn/cuda/tma.cuh"
 #include "lazyattn/kv/plan.hpp"
 
 namespace lazyattn::cuda {
@@ -55,6 +56,13 @@ struct DecodeParams {
   std::int32_t num_kv_heads = 0;
   std::int32_t group_size = 0;
   std::int32_t page_size_log2 = 0;
+  // The TMA loader (experimental, DecodeArgs::tma): maps over the whole K and V pools, the first
+  // row of this layer, rows from one page to the next, and rows per box (min(page_size, 64)).
+  std::int64_t tma_layer_row0 = 0;
+  std::int32_t tma_page_rows = 0;
+  std::int32_t tma_box_rows = 0;
+  CUtensorMap k_map{};
+  CUtensorMap v_map{};
 };
 
 namespace detail {
@@ -84,15 +92,27 @@ struct DecodeShape {
   static constexpr int kCsBaseOffset = kCsQueryOffset + (D / 2) * 8;
   static constexpr int kCsOffsetOffset = kCsBaseOffset + 2 * kDecodeWarps * (D / 2) * 8;
   static constexpr int kSmemBytes = kCsOffsetOffset + kGroupKeys * (D / 2) * 8;
+  // The TMA loader adds one mbarrier per stage and the merge's "last CTA" flag (the cp.async
+  // kernel keeps that flag in static shared memory).
+  static constexpr int kBarOffset = kSmemBytes;
+  static constexpr int kSmemBytesTma = kSmemBytes + 32;
+  static_assert(kStages * 8 + 4 <= 32 && kSmemBytes % 8 == 0, "decode: TMA barrier space");
+  static_assert(D > 128 || kSmemBytesTma <= 113 * 1024, "decode: TMA shared memory too large");
   // Two CTAs per multiprocessor (228 KiB, 1 KiB reserved per CTA) up to D = 128.
   static_assert(D > 128 || kSmemBytes <= 113 * 1024, "decode: shared memory too large for 2 CTAs/SM");
 };
 
-template <class T, int D, bool kRope>
+template <class T, int D, bool kRope, bool kTma = false>
 __global__ void __launch_bounds__(kDecodeThreads, 2)
     decode_kernel(const __grid_constant__ DecodeParams p) {
   using Shape = DecodeShape<D>;
   extern __shared__ __align__(128) unsigned char smem[];
+  if constexpr (kTma) {
+    // The TMA's 128-byte swizzle keys on address bits: stages must start at 1024-byte
+    // boundaries. The TMA kernel has no static shared memory, so the dynamic block starts at
+    // the (aligned) base of the CTA's window; stop loudly if that ever changes.
+    if ((ptx::smem_addr(smem) & 1023u) != 0) __trap();
+  }
   T* stage_base = reinterpret_cast<T*>(smem);
   T* q_rot = reinterpret_cast<T*>(smem + Shape::kQRotOffset);
   float2* cs_query = reinterpret_cast<float2*>(smem + Shape::kCsQueryOffset);
@@ -125,20 +145,45 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
   // Every global load that a cp.async address depends on is made one iteration before its use,
   // so no dependent load chain (tile -> page id -> address) stalls the issue.
   constexpr int S = Shape::kStages;
-  using Stream = TileStream<T, D, kDecodeThreads, S>;
-  Stream stream{p.sched.tiles,
-                p.plan.page_ids,
-                static_cast<const T*>(p.k_pool) + kv_head * p.head_stride,
-                static_cast<const T*>(p.v_pool) + kv_head * p.head_stride,
-                p.page_stride,
-                p.page_size_log2,
-                tile_end,
-                tid % Stream::kChunks,
-                tid / Stream::kChunks,
-                stage_base};
-  stream.prefetch_records(tile_begin, tid);
+  auto make_stream = [&] {
+    if constexpr (kTma) {
+      return TmaTileStream<T, D, S>{
+          p.sched.tiles,
+          p.plan.page_ids,
+          &p.k_map,
+          &p.v_map,
+          p.tma_layer_row0 + static_cast<std::int64_t>(kv_head) * (1 << p.page_size_log2),
+          p.tma_page_rows,
+          p.page_size_log2,
+          p.tma_box_rows,
+          tile_end,
+          stage_base,
+          ptx::smem_addr(smem + Shape::kBarOffset)};
+    } else {
+      return TileStream<T, D, kDecodeThreads, S>{
+          p.sched.tiles,
+          p.plan.page_ids,
+          static_cast<const T*>(p.k_pool) + kv_head * p.head_stride,
+          static_cast<const T*>(p.v_pool) + kv_head * p.head_stride,
+          p.page_stride,
+          p.page_size_log2,
+          tile_end,
+          tid % TileStream<T, D, kDecodeThreads, S>::kChunks,
+          tid / TileStream<T, D, kDecodeThreads, S>::kChunks,
+          stage_base};
+    }
+  };
+  auto stream = make_stream();
   // The first tiles go out before anything else: their latency hides the query setup.
-  stream.start(tile_begin);
+  if constexpr (kTma) {
+    stream.init_barriers(tid);
+    stream.prefetch_records(tile_begin, tid, kDecodeThreads);
+    __syncthreads();  // barriers initialised before anyone waits on or arms them
+    if (warp == 0) stream.start(tile_begin, lane);
+  } else {
+    stream.prefetch_records(tile_begin, tid);
+    stream.start(tile_begin);
+  }
   TileInfo cur = stream.info(tile_begin);  // the tile computed in this iteration
   TileInfo next = stream.info(tile_begin + 1);
 
@@ -219,12 +264,21 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
 
   for (int tile = tile_begin; tile < tile_end; ++tile) {
     const int it = tile - tile_begin;
-    ptx::cp_async_wait<S - 2>();
-    __syncthreads();  // tile `it` is in shared memory; stage (it - 1) % S is free again
-    stream.step(tile, it);  // its loads complete while this tile is computed
+    if constexpr (kTma) {
+      stream.wait(it);
+      __syncthreads();  // every warp is done with stage (it - 1) % S: warp 0 may refill it
+      if (warp == 0) stream.step(tile, it, lane);
+    } else {
+      ptx::cp_async_wait<S - 2>();
+      __syncthreads();  // tile `it` is in shared memory; stage (it - 1) % S is free again
+      stream.step(tile, it);  // its loads complete while this tile is computed
+    }
     const TileInfo ti = cur;
     cur = next;
     next = stream.info(tile + 2);
+    if constexpr (kTma) {
+      if (ti.rows < kDecodeTileKeys) stream.zero_stale_v(it % S, ti.rows, warp * 16, lane);
+    }
 
     const bool raw = kRope && ti.form == kRawForm;
 
@@ -256,6 +310,11 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
 
     const T* ks = stream.k_stage(it % S);
     const T* vs = stream.v_stage(it % S);
+    // Element (row, 16-byte chunk) of a K or V tile in the loader's layout.
+    auto kv_offset = [](int row, int chunk) {
+      if constexpr (kTma) return blocked_swizzle<D, kDecodeTileKeys>(row, chunk);
+      else return swizzle<D>(row, chunk);
+    };
 
     // ---- S = Q K^T for this warp's 16 keys ----------------------------------------------------
     float sc[2][4];
@@ -263,7 +322,7 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
     for (int nt = 0; nt < 2; ++nt) sc[nt][0] = sc[nt][1] = sc[nt][2] = sc[nt][3] = 0.0f;
     const int k_row = warp * 16 + (mi >> 1) * 8 + (lane & 7);  // key row this lane addresses
     auto load_k = [&](std::uint32_t (&kb)[4], int kk) {
-      ptx::ldmatrix_x4(kb, ptx::smem_addr(ks + swizzle<D>(k_row, 2 * kk + (mi & 1))));
+      ptx::ldmatrix_x4(kb, ptx::smem_addr(ks + kv_offset(k_row, 2 * kk + (mi & 1))));
     };
     auto q_frag_smem = [&](std::uint32_t (&a)[4], int kk) {
       int row = (mi & 1) * 8 + (lane & 7);
@@ -397,7 +456,7 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
 #pragma unroll
     for (int c = 0; c < D / 8; c += 2) {
       std::uint32_t vb[4];
-      ptx::ldmatrix_x4_trans(vb, ptx::smem_addr(vs + swizzle<D>(v_row, c + (mi >> 1))));
+      ptx::ldmatrix_x4_trans(vb, ptx::smem_addr(vs + kv_offset(v_row, c + (mi >> 1))));
       ptx::mma_16816<T>(acc[c], pa, vb[0], vb[1]);
       ptx::mma_16816<T>(acc[c + 1], pa, vb[2], vb[3]);
     }
@@ -471,15 +530,21 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
   // reading, and reads through L2 (__ldcg): other multiprocessors wrote those lines.
   __threadfence();
   __syncthreads();
-  __shared__ int is_last;
+  int* is_last = nullptr;
+  if constexpr (kTma) {
+    is_last = reinterpret_cast<int*>(smem + Shape::kBarOffset + 8 * S);
+  } else {
+    __shared__ int is_last_static;
+    is_last = &is_last_static;
+  }
   if (tid == 0) {
     int* counter = p.split_counters + static_cast<std::int64_t>(b) * p.num_kv_heads + kv_head;
     int done = atomicAdd(counter, 1);
-    is_last = done == num_splits - 1;
-    if (is_last) *counter = 0;  // ready for the next launch (CUDA graph replays too)
+    *is_last = done == num_splits - 1;
+    if (*is_last) *counter = 0;  // ready for the next launch (CUDA graph replays too)
   }
   __syncthreads();
-  if (!is_last) return;
+  if (!*is_last) return;
   __threadfence();
   const std::int64_t first = p.sched.request_partial_offset[b];
   // Stage every split's lse for the group's rows in shared memory (one parallel pass), reduce
@@ -553,6 +618,10 @@ struct DecodeArgs {
   int layer = 0;
   AttentionParams params;
   bool rope = true;  // false: the RoPE-off baseline (keys and queries pre-rotated by the caller)
+  // EXPERIMENTAL: load K/V tiles with the TMA unit (bulk tensor copies, one mbarrier per stage)
+  // instead of 16-byte cp.async. Needs a build with LAZYATTN_EXPERIMENTAL_TMA defined; written,
+  // compiled for sm_90a, not yet run on a GPU.
+  bool tma = false;
 };
 
 // Launches the decode for one layer: every request of the plan has one query. No host
@@ -629,6 +698,22 @@ inline void decode(const DecodeArgs& args, const DevicePool& pool, const DeviceP
   int log2_page = 0;
   while ((1 << log2_page) < geo.page_size) ++log2_page;
   p.page_size_log2 = log2_page;
+#ifdef LAZYATTN_EXPERIMENTAL_TMA
+  if (args.tma) {
+    LAZYATTN_CHECK(geo.page_size >= 16, w, ": page_size ", geo.page_size,
+                   " with tma = true, expected >= 16 (boxes of whole pages at 2 KiB boundaries)");
+    const DevicePool::TensorMaps& maps = pool.tensor_maps();
+    p.k_map = maps.k;
+    p.v_map = maps.v;
+    p.tma_layer_row0 = static_cast<std::int64_t>(args.layer) * geo.num_pages * geo.num_kv_heads *
+                       geo.page_size;
+    p.tma_page_rows = geo.num_kv_heads * geo.page_size;
+    p.tma_box_rows = maps.box_rows;
+  }
+#else
+  LAZYATTN_CHECK(!args.tma, w, ": tma = true, but this build has no TMA loader (define "
+                 "LAZYATTN_EXPERIMENTAL_TMA)");
+#endif
 
   dispatch_dtype(args.dtype, [&](auto tag) {
     using E = decltype(tag);
@@ -636,14 +721,23 @@ inline void decode(const DecodeArgs& args, const DevicePool& pool, const DeviceP
       using T = device_type_t<E>;
       dispatch_head_dim(ap.head_dim, w, [&](auto dc) {
         constexpr int D = decltype(dc)::value;
-        auto launch = [&](auto kernel) {
-          prepare_kernel(kernel, detail::DecodeShape<D>::kSmemBytes);
+        auto launch = [&](auto kernel, int smem_bytes) {
+          prepare_kernel(kernel, smem_bytes);
           dim3 grid(static_cast<unsigned>(sv.num_work), static_cast<unsigned>(ap.num_kv_heads));
-          kernel<<<grid, detail::kDecodeThreads, detail::DecodeShape<D>::kSmemBytes, stream>>>(p);
+          kernel<<<grid, detail::kDecodeThreads, smem_bytes, stream>>>(p);
           LAZYATTN_CUDA_CHECK_LAUNCH();
         };
-        if (args.rope) launch(detail::decode_kernel<T, D, true>);
-        else launch(detail::decode_kernel<T, D, false>);
+        constexpr int kSmem = detail::DecodeShape<D>::kSmemBytes;
+#ifdef LAZYATTN_EXPERIMENTAL_TMA
+        if (args.tma) {
+          constexpr int kSmemTma = detail::DecodeShape<D>::kSmemBytesTma;
+          if (args.rope) launch(detail::decode_kernel<T, D, true, true>, kSmemTma);
+          else launch(detail::decode_kernel<T, D, false, true>, kSmemTma);
+          return;
+        }
+#endif
+        if (args.rope) launch(detail::decode_kernel<T, D, true>, kSmem);
+        else launch(detail::decode_kernel<T, D, false>, kSmem);
       });
     }
   });

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstddef>
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -49,6 +50,8 @@ class DevicePlan {
   // be destroyed once this returns. Only waits if the previous upload's copy is still running.
   void upload(const Plan& plan, const DecodeSchedule& sched, cudaStream_t stream = nullptr) {
     detail::Packer pk;
+    has_raw_segments_ = std::any_of(plan.segment_form.begin(), plan.segment_form.end(),
+                                    [](std::uint8_t f) { return f == static_cast<std::uint8_t>(StorageForm::kRaw); });
     view_.num_requests = plan.num_requests();
     view_.num_segments = plan.num_segments();
     view_.num_queries = plan.num_queries();
@@ -126,10 +129,13 @@ class DevicePlan {
   }
 
   const PlanView& view() const { return view_; }
+  // Whether the uploaded plan has a raw-form segment (kernels that handle local form only ask).
+  bool has_raw_segments() const { return has_raw_segments_; }
   const DecodeScheduleView& schedule() const { return sched_; }
 
  private:
   PlanView view_;
+  bool has_raw_segments_ = false;
   DecodeScheduleView sched_;
   DeviceBuffer<std::byte> buffer_;
   void* staging_ = nullptr;

@@ -3,10 +3,12 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <vector>
 
 #include "lazyattn/cuda/common.cuh"
+#include "lazyattn/cuda/tma.cuh"
 #include "lazyattn/kv/store.hpp"
 
 namespace lazyattn::cuda {
@@ -62,6 +64,26 @@ class DevicePool {
   void* v_layer(int layer) { return v_.data() + layer_offset_bytes(layer); }
   const void* k_layer(int layer) const { return k_.data() + layer_offset_bytes(layer); }
   const void* v_layer(int layer) const { return v_.data() + layer_offset_bytes(layer); }
+
+  // EXPERIMENTAL (the decode's TMA loader): tensor maps over the whole K and V pools, rows of
+  // head_dim elements, boxes of min(page_size, 64) rows; built on first use. 16-bit pools only.
+  struct TensorMaps {
+    CUtensorMap k{};
+    CUtensorMap v{};
+    int box_rows = 0;
+  };
+  const TensorMaps& tensor_maps() const {
+    if (!maps_) {
+      const std::int64_t rows = geometry_.elements() / geometry_.head_dim;
+      const int box = config_.page_size < 64 ? config_.page_size : 64;
+      auto m = std::make_unique<TensorMaps>();
+      m->k = make_kv_tensor_map(k_.data(), config_.dtype, rows, geometry_.head_dim, box);
+      m->v = make_kv_tensor_map(v_.data(), config_.dtype, rows, geometry_.head_dim, box);
+      m->box_rows = box;
+      maps_ = std::move(m);
+    }
+    return *maps_;
+  }
 
   // Fills every page of both pools with hashed uniform values (benchmarks: no host traffic).
   void fill_uniform(std::uint64_t seed, cudaStream_t stream = nullptr) {
@@ -160,6 +182,7 @@ class DevicePool {
   PoolGeometry geometry_;
   DeviceBuffer<std::byte> k_;
   DeviceBuffer<std::byte> v_;
+  mutable std::unique_ptr<TensorMaps> maps_;  // built by tensor_maps() on first use
 };
 
 }  // namespace lazyattn::cuda

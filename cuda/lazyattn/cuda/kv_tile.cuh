@@ -9,6 +9,7 @@
 
 #include "lazyattn/cuda/ptx.cuh"
 #include "lazyattn/cuda/schedule.hpp"
+#include "lazyattn/cuda/tma.cuh"
 
 namespace lazyattn::cuda::detail {
 
@@ -21,9 +22,18 @@ __device__ __forceinline__ int swizzle(int row, int chunk) {
   return row * D + ((chunk ^ (row & 7)) << 3);
 }
 
+// Element (row, chunk) of a [kRows][D] 16-bit tile kept as D/64 column blocks of [kRows][64],
+// each 128-byte row's chunks permuted by chunk ^ (row % 8): the layout the TMA's 128-byte swizzle
+// writes and wgmma's descriptors read (lazyattn/cuda/wgmma.cuh). Blocks at 1024-byte boundaries.
+template <int D, int kRows>
+__device__ __forceinline__ int blocked_swizzle(int row, int chunk) {
+  return (chunk >> 3) * (kRows * 64) + row * 64 + (((chunk & 7) ^ (row & 7)) << 3);
+}
+
 // A ring of S stages, each a K tile then a V tile of [kTileKeys][D] elements. One object per
 // thread; its rolling registers hold the record and page ids of the next tiles to issue.
-template <class T, int D, int kThreads, int S>
+// kBlocked: tiles in blocked_swizzle layout (wgmma) instead of swizzle's.
+template <class T, int D, int kThreads, int S, bool kBlocked = false>
 struct TileStream {
   static constexpr int kChunks = D / 8;  // 16-byte chunks per row
   static constexpr int kRowsPerPass = kThreads / kChunks;
@@ -76,7 +86,8 @@ struct TileStream {
       int slot = (ti.key0 + min(r, max(ti.rows - 1, 0))) & mask;
       std::int64_t off = static_cast<std::int64_t>(pg[i]) * page_stride +
                          static_cast<std::int64_t>(slot) * D + chunk * 8;
-      ptx::cp_async_16(ptx::smem_addr(dst + swizzle<D>(r, chunk)), src + off, valid);
+      const int at = kBlocked ? blocked_swizzle<D, kTileKeys>(r, chunk) : swizzle<D>(r, chunk);
+      ptx::cp_async_16(ptx::smem_addr(dst + at), src + off, valid);
     }
   }
 
@@ -118,6 +129,139 @@ struct TileStream {
     issue_info = ahead_info;
     fetch_pages(issue_info, issue_pages);
     ahead_info = info(tile + S + 1);
+  }
+};
+
+
+// EXPERIMENTAL (branch decode-tma, not run on a GPU yet): the same ring of S stages loaded by the
+// TMA unit. Each stage's K and V tiles are [D / 64][kTileKeys][64] (blocked_swizzle), at 1024-byte
+// boundaries; one mbarrier per stage counts the stage's bytes. Warp 0 issues: lane i owns box i
+// of a tile (keys i * box_rows ...), fetches its page id a tile ahead, and issues its K and V
+// boxes; lane 0 announces the tile's bytes first. Boxes past a tile's keys are not issued, so
+// rows past `rows` hold stale data: the consumer masks K there and zeroes V (zero_stale_v).
+template <class T, int D, int S>
+struct TmaTileStream {
+  static constexpr int kHalves = D / kTmaBoxCols;
+  static constexpr int kTileElems = kTileKeys * D;
+  static_assert(D % kTmaBoxCols == 0, "TMA tiles need head_dim a multiple of 64");
+  static_assert(sizeof(T) == 2, "TMA tiles are 16-bit");
+
+  const TileInfo* tiles;
+  const std::int32_t* page_ids;
+  const CUtensorMap* k_map;
+  const CUtensorMap* v_map;
+  std::int64_t head_row0;  // row of (this layer, page 0, this KV head, slot 0)
+  int page_rows;           // rows from one page to the next (num_kv_heads * page_size)
+  int page_log2;
+  int box_rows;            // min(page_size, kTileKeys)
+  int tile_end;
+  T* stages;
+  std::uint32_t bars;  // shared address of S mbarriers, 8 bytes apart
+
+  TileInfo issue_info;  // the next tile to issue (its page fetched)
+  TileInfo ahead_info;  // the one after it
+  int issue_page;
+
+  __device__ T* k_stage(int stage) const { return stages + stage * 2 * kTileElems; }
+  __device__ T* v_stage(int stage) const { return k_stage(stage) + kTileElems; }
+  __device__ std::uint32_t bar(int stage) const { return bars + 8u * static_cast<unsigned>(stage); }
+
+  __device__ TileInfo info(int tile) const {
+    TileInfo ti;
+    if (tile < tile_end) ti = tiles[tile];
+    return ti;
+  }
+
+  // Barriers for every stage (thread 0), visible to the TMA unit and to every thread after the
+  // caller's __syncthreads().
+  __device__ void init_barriers(int tid) const {
+    if (tid == 0) {
+#pragma unroll
+      for (int s = 0; s < S; ++s) ptx::mbarrier_init(bar(s), 1);
+      ptx::fence_barrier_init();
+    }
+  }
+
+  __device__ int fetch_page(const TileInfo& ti, int lane) const {
+    const int boxes = kTileKeys / box_rows;
+    const int r = min(lane * box_rows, max(ti.rows - 1, 0));
+    return lane < boxes && ti.rows > 0 ? page_ids[ti.page_base + ((ti.key0 + r) >> page_log2)] : 0;
+  }
+
+  // Pulls the records of tiles [begin, end) into L2 (as TileStream::prefetch_records).
+  __device__ void prefetch_records(int begin, int tid, int threads) const {
+    const char* first = reinterpret_cast<const char*>(tiles + begin);
+    const char* last = reinterpret_cast<const char*>(tiles + tile_end);
+    for (const char* a = first + tid * 128; a < last; a += threads * 128)
+      asm volatile("prefetch.global.L2 [%0];" ::"l"(a));
+  }
+
+  // Warp 0 only.
+  __device__ void issue(const TileInfo& ti, int page, int stage, int lane) const {
+    const int valid = (ti.rows + box_rows - 1) / box_rows;
+    const std::uint32_t b = bar(stage);
+    if (lane == 0) {
+      ptx::mbarrier_arrive_expect_tx(
+          b, static_cast<std::uint32_t>(valid * box_rows * kTmaBoxCols * kHalves * 2 *
+                                        static_cast<int>(sizeof(T))));
+    }
+    __syncwarp();
+    if (lane < valid) {
+      const int slot = (ti.key0 + lane * box_rows) & ((1 << page_log2) - 1);
+      const auto row = static_cast<std::int32_t>(head_row0 +
+                                                 static_cast<std::int64_t>(page) * page_rows + slot);
+      const int dst_row = lane * box_rows;
+#pragma unroll
+      for (int h = 0; h < kHalves; ++h) {
+        const int off = h * kTileKeys * kTmaBoxCols + dst_row * kTmaBoxCols;
+        ptx::tma_load_2d(ptx::smem_addr(k_stage(stage) + off), k_map, h * kTmaBoxCols, row, b);
+        ptx::tma_load_2d(ptx::smem_addr(v_stage(stage) + off), v_map, h * kTmaBoxCols, row, b);
+      }
+    }
+  }
+
+  // Issues tiles begin .. begin + S - 2 and fetches what the first step() issues (warp 0).
+  __device__ void start(int begin, int lane) {
+#pragma unroll
+    for (int s = 0; s < S - 1; ++s) {
+      TileInfo ti = info(begin + s);
+      if (begin + s < tile_end) issue(ti, fetch_page(ti, lane), s, lane);
+    }
+    issue_info = info(begin + S - 1);
+    issue_page = fetch_page(issue_info, lane);
+    ahead_info = info(begin + S);
+  }
+
+  // At iteration `it` (tile `tile`, waited for, after the block barrier): issues tile + S - 1
+  // into the stage tile - 1 used (warp 0).
+  __device__ void step(int tile, int it, int lane) {
+    if (tile + S - 1 < tile_end) issue(issue_info, issue_page, (it + S - 1) % S, lane);
+    issue_info = ahead_info;
+    issue_page = fetch_page(issue_info, lane);
+    ahead_info = info(tile + S + 1);
+  }
+
+  // All threads: waits for iteration `it`'s tile.
+  __device__ void wait(int it) const {
+    ptx::mbarrier_wait(bar(it % S), static_cast<std::uint32_t>((it / S) & 1));
+  }
+
+  // One warp: zeroes its 16 V rows [row0, row0 + 16) that lie past the tile's `rows` keys (P is
+  // zero there, but 0 * NaN from stale bytes would not be), then orders those writes before the
+  // TMA unit next writes the stage.
+  __device__ void zero_stale_v(int stage, int rows, int row0, int lane) const {
+    const int first = max(rows, row0), last = row0 + 16;
+    if (first >= last) return;
+    T* vs = v_stage(stage);
+    const int chunks = (last - first) * kHalves * (kTmaBoxCols / 8);  // 16-byte chunks
+    for (int c = lane; c < chunks; c += 32) {
+      const int row = first + c / (kHalves * 8), rest = c % (kHalves * 8);
+      const int h = rest / 8, k = rest % 8;
+      *reinterpret_cast<uint4*>(vs + h * kTileKeys * kTmaBoxCols + row * kTmaBoxCols + k * 8) =
+          make_uint4(0, 0, 0, 0);
+    }
+    __syncwarp();
+    ptx::fence_proxy_async_shared();
   }
 };
 

@@ -39,6 +39,7 @@
 #include "lazyattn/cuda/kv_tile.cuh"
 #include "lazyattn/cuda/ptx.cuh"
 #include "lazyattn/cuda/rope.cuh"
+#include "lazyattn/cuda/wgmma.cuh"
 #include "lazyattn/kv/plan.hpp"
 
 namespace lazyattn::cuda {
@@ -503,6 +504,313 @@ __global__ void __launch_bounds__(PrefillShape<D>::kThreads, PrefillShape<D>::kM
   }
 }
 
+#ifdef LAZYATTN_EXPERIMENTAL_WGMMA
+// EXPERIMENTAL (branch hopper-wgmma; compiled for sm_90a, NOT yet run on a GPU): the same
+// prefill on Hopper's warpgroup MMA, head dim 128, 16-bit, local form with full rotate-half
+// rotary dims (the launcher sends anything else to prefill_kernel). Two warpgroups own 64 query
+// rows each of the CTA's 128. K and V tiles arrive by cp.async in the blocked 128-byte-swizzle
+// layout wgmma descriptors read (one K and one V buffer, as prefill_kernel streams them). The
+// rotated query lives in registers as wgmma's A operand: at a segment change each thread
+// re-rotates its own fragments from the raw query in shared memory (rows g and g + 8 of its warp,
+// the partner dims d + 64 sitting in the same thread's registers four k-steps on), with no
+// barrier. S = Q K^T is m64n64k16 (A registers, B = K K-major), O += P V is m64n128k16 (A = P
+// from the S accumulators, B = V MN-major). No warp specialisation or softmax/MMA overlap yet.
+inline constexpr int kWgmmaPrefillThreads = 256;
+struct WgmmaPrefillShape {
+  static constexpr int D = 128;
+  static constexpr int kTileBytes = kTileKeys * D * 2;      // 16 KiB
+  static constexpr int kQBytes = kPrefillRows * D * 2;      // 32 KiB
+  static constexpr int kK = 0;
+  static constexpr int kV = kK + kTileBytes;
+  static constexpr int kQRaw = kV + kTileBytes;
+  static constexpr int kCsSeg = kQRaw + kQBytes;            // [8][64] float2
+  static constexpr int kCsOff = kCsSeg + 8 * (D / 2) * 8;   // [16][64] float2
+  static constexpr int kTurns = kCsOff + 16 * (D / 2) * 8;  // [64] Q0.64
+  static constexpr int kSmemBytes = kTurns + (D / 2) * 8;
+};
+
+template <class T, bool kRope>
+__global__ void __launch_bounds__(kWgmmaPrefillThreads, 1)
+    prefill_wgmma_kernel(const __grid_constant__ PrefillParams p) {
+  using Shape = WgmmaPrefillShape;
+  constexpr int D = Shape::D;
+  constexpr int kThreads = kWgmmaPrefillThreads;
+  constexpr int KSteps = D / 16;
+  constexpr int kHalf = D / 2;  // rotary pairs (rotary_dim == D here)
+  extern __shared__ __align__(1024) unsigned char smem[];
+  if ((ptx::smem_addr(smem) & 1023u) != 0) __trap();  // the swizzle keys on address bits
+  T* ks = reinterpret_cast<T*>(smem + Shape::kK);
+  T* vs = reinterpret_cast<T*>(smem + Shape::kV);
+  T* q_raw = reinterpret_cast<T*>(smem + Shape::kQRaw);
+  float2* cs_seg = reinterpret_cast<float2*>(smem + Shape::kCsSeg);  // [8][pair]
+  float2* cs_off = reinterpret_cast<float2*>(smem + Shape::kCsOff);  // [16][pair]
+  std::uint64_t* s_turns = reinterpret_cast<std::uint64_t*>(smem + Shape::kTurns);
+
+  const int qtile = p.sched.num_qtiles - 1 - blockIdx.x;
+  const int kv_head = blockIdx.y;
+  const int tid = threadIdx.x;
+  const int warp = tid >> 5;
+  const int lane = tid & 31;
+  const int g = lane >> 2;
+  const int t4 = lane & 3;
+  // This thread's two rows of the CTA's 128: warpgroup warp / 4 owns 64, its warps 16 each.
+  const int row_a = (warp >> 2) * 64 + (warp & 3) * 16 + g;  // and row_a + 8
+
+  const int b = p.sched.qtile_request[qtile];
+  const int row_begin = p.sched.qtile_row_begin[qtile];
+  const int G = p.group_size;
+  const int q_row0 = p.plan.request_query_indptr[b];
+  const int nq = p.plan.request_query_indptr[b + 1] - q_row0;
+  const int rows_here = min(kPrefillRows, nq * G - row_begin);
+  const int i_first = row_begin / G;
+  const std::int64_t m_first = p.plan.request_query_position[b] + i_first;
+  const int causal_offset = p.plan.segment_length[p.plan.request_tail_segment[b]] - nq;
+  const int max_visible_tail = causal_offset + (row_begin + rows_here - 1) / G;
+  const int rope_set = p.rope.per_request ? b : 0;
+  const std::uint64_t* turns = p.rope.turns + static_cast<std::int64_t>(rope_set) * kHalf;
+  const float2* offset_cs =
+      p.rope.offset_cs + static_cast<std::int64_t>(rope_set) * p.rope.offset_rows * kHalf;
+
+  int tile_begin = p.sched.work_tile_begin[b];
+  int tile_end = p.sched.work_tile_end[b];
+  while (tile_end > tile_begin) {
+    TileInfo last = p.sched.tiles[tile_end - 1];
+    if (!last.is_tail || last.key0 <= max_visible_tail) break;
+    --tile_end;
+  }
+  if (p.kv_splits > 1) {
+    const int n = tile_end - tile_begin, z = blockIdx.z;
+    tile_end = tile_begin + static_cast<int>(static_cast<std::int64_t>(n) * (z + 1) / p.kv_splits);
+    tile_begin += static_cast<int>(static_cast<std::int64_t>(n) * z / p.kv_splits);
+  }
+
+  // ---- the raw query tile (blocked layout), zero past the request -----------------------------
+  {
+    constexpr int kChunks = D / 8;
+    const int chunk = tid % kChunks;
+    const T* q = static_cast<const T*>(p.q);
+    for (int r = tid / kChunks; r < kPrefillRows; r += kThreads / kChunks) {
+      bool valid = r < rows_here;
+      int rr = valid ? r : 0;
+      std::int64_t src = (static_cast<std::int64_t>(q_row0 + i_first + rr / G) * p.num_qo_heads +
+                          kv_head * G + rr % G) *
+                             D +
+                         chunk * 8;
+      ptx::cp_async_16(ptx::smem_addr(q_raw + blocked_swizzle<D, kPrefillRows>(r, chunk)), q + src,
+                       valid);
+    }
+  }
+
+  using Stream = TileStream<T, D, kThreads, 1, true>;
+  Stream stream{p.sched.tiles,
+                p.plan.page_ids,
+                static_cast<const T*>(p.k_pool) + kv_head * p.head_stride,
+                static_cast<const T*>(p.v_pool) + kv_head * p.head_stride,
+                p.page_stride,
+                p.page_size_log2,
+                tile_end,
+                tid % Stream::kChunks,
+                tid / Stream::kChunks,
+                nullptr};
+  stream.prefetch_records(tile_begin, tid);
+  TileInfo cur = stream.info(tile_begin);
+  int pages[Stream::kRowsPerThread];
+  stream.fetch_pages(cur, pages);
+  if (tile_begin < tile_end) stream.issue_one(stream.k, cur, pages, ks);
+  ptx::cp_async_commit();
+
+  auto delta_of = [&](const TileInfo& ti) { return kRope ? m_first - ti.seg_start : m_first; };
+  const int coarse_rows = (kPrefillRows / G + 15) / 16;
+  auto compute_seg = [&](std::int64_t delta) {
+    for (int i = tid; i < coarse_rows * kHalf; i += kThreads)
+      cs_seg[i] = rope_cos_sin(delta + 16 * (i / kHalf), s_turns[i % kHalf]);
+  };
+  if (kRope) {
+    for (int i = tid; i < 16 * kHalf; i += kThreads) cs_off[i] = offset_cs[i];
+    for (int j = tid; j < kHalf; j += kThreads) s_turns[j] = turns[j];
+    __syncthreads();
+    compute_seg(delta_of(cur));
+  }
+
+  // The rotated, scaled query fragments (wgmma A operand): k-step kk, registers as mma.sync's A:
+  // [0] (row_a, c..c+1), [1] (row_a + 8, c..), [2] (row_a, c+8..), [3] (row_a + 8, c+8..),
+  // c = 16 kk + 2 t4.
+  std::uint32_t qf[KSteps][4];
+  const float q_scale = kRope ? p.sm_scale_log2 * p.rope.query_scale : p.sm_scale_log2;
+  auto build_query = [&]() {
+    const int ia = (row_begin % G + row_a) / G;  // query offsets of the two rows from i_first
+    const int ib = (row_begin % G + row_a + 8) / G;
+    auto raw = [&](int row, int col) {
+      return *reinterpret_cast<const std::uint32_t*>(
+          q_raw + blocked_swizzle<D, kPrefillRows>(row, col >> 3) + (col & 7));
+    };
+#pragma unroll
+    for (int kk = 0; kk < KSteps / 2; ++kk) {
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        const int row = row_a + 8 * (r & 1);
+        const int col = 16 * kk + 2 * t4 + 8 * (r >> 1);  // dims col, col + 1 and + 64
+        float2 x = ptx::unpack2<T>(raw(row, col)), y = ptx::unpack2<T>(raw(row, col + kHalf));
+        if (kRope) {
+          const int i = (r & 1) ? ib : ia;
+          const float2 c0 = combine_angles(cs_seg[(i >> 4) * kHalf + col], cs_off[(i & 15) * kHalf + col]);
+          const float2 c1 =
+              combine_angles(cs_seg[(i >> 4) * kHalf + col + 1], cs_off[(i & 15) * kHalf + col + 1]);
+          rotate_pair(x.x, y.x, c0);
+          rotate_pair(x.y, y.y, c1);
+        }
+        qf[kk][r] = ptx::pack2<T>(x.x * q_scale, x.y * q_scale);
+        qf[kk + KSteps / 2][r] = ptx::pack2<T>(y.x * q_scale, y.y * q_scale);
+      }
+    }
+  };
+
+  float o[D / 2];  // m64n128 accumulator: 16 column blocks x 4
+#pragma unroll
+  for (int i = 0; i < D / 2; ++i) o[i] = 0.0f;
+  float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.0f, 0.0f};
+  std::int64_t q_delta = 0;
+  bool q_ready = false;
+  const std::uint32_t ks_addr = ptx::smem_addr(ks), vs_addr = ptx::smem_addr(vs);
+
+  for (int tile = tile_begin; tile < tile_end; ++tile) {
+    ptx::cp_async_wait<0>();
+    ptx::fence_proxy_async_smem();  // cp.async's writes before wgmma's (async-proxy) reads
+    __syncthreads();
+    const TileInfo ti = cur;
+    stream.issue_one(stream.v, ti, pages, vs);
+    ptx::cp_async_commit();
+    cur = stream.info(tile + 1);
+    stream.fetch_pages(cur, pages);
+
+    const std::int64_t delta = delta_of(ti);
+    if (!q_ready || (kRope && delta != q_delta)) {
+      build_query();
+      q_delta = delta;
+      q_ready = true;
+    }
+
+    // ---- S = Q K^T (64 rows x 64 keys per warpgroup) ------------------------------------------
+    float s[32];
+#pragma unroll
+    for (int i = 0; i < 32; ++i) s[i] = 0.0f;
+    ptx::wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < KSteps; ++kk) {
+      const std::uint64_t dk = ptx::wgmma_desc(ks_addr + (kk / 4) * (kTileKeys * 128) + (kk % 4) * 32,
+                                               16, 1024);
+      ptx::wgmma_rs_m64n64k16<T, false>(s, qf[kk], dk, 1);
+    }
+    ptx::wgmma_commit();
+    ptx::wgmma_wait<0>();
+
+    // ---- masks -------------------------------------------------------------------------------
+    const bool tail_mask = ti.is_tail && ti.key0 + ti.rows - 1 > causal_offset + i_first;
+    if (ti.rows < kTileKeys || tail_mask) {
+#pragma unroll
+      for (int n = 0; n < 8; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int key = 8 * n + 2 * t4 + (e & 1);
+          bool hidden = key >= ti.rows;
+          if (tail_mask)
+            hidden = hidden ||
+                     ti.key0 + key > causal_offset + i_first + (row_a + 8 * (e >> 1)) / G;
+          if (hidden) s[4 * n + e] = -INFINITY;
+        }
+    }
+
+    // ---- online softmax ------------------------------------------------------------------------
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      float mx = -INFINITY;
+#pragma unroll
+      for (int n = 0; n < 8; ++n) mx = fmaxf(mx, fmaxf(s[4 * n + 2 * h], s[4 * n + 2 * h + 1]));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      const float m_new = fmaxf(row_max[h], mx);
+      const float m_use = m_new == -INFINITY ? 0.0f : m_new;
+      const float scale = ptx::exp2_approx(row_max[h] - m_use);
+      row_max[h] = m_new;
+      float sum = 0.0f;
+#pragma unroll
+      for (int n = 0; n < 8; ++n) {
+        s[4 * n + 2 * h] = ptx::exp2_approx(s[4 * n + 2 * h] - m_use);
+        s[4 * n + 2 * h + 1] = ptx::exp2_approx(s[4 * n + 2 * h + 1] - m_use);
+        sum += s[4 * n + 2 * h] + s[4 * n + 2 * h + 1];
+      }
+      row_sum[h] = row_sum[h] * scale + sum;
+#pragma unroll
+      for (int n = 0; n < D / 8; ++n) {
+        o[4 * n + 2 * h] *= scale;
+        o[4 * n + 2 * h + 1] *= scale;
+      }
+    }
+
+    // V has landed; both warpgroups are past Q K^T, so the K buffer takes the next tile.
+    ptx::cp_async_wait<0>();
+    ptx::fence_proxy_async_smem();
+    __syncthreads();
+    if (tile + 1 < tile_end) stream.issue_one(stream.k, cur, pages, ks);
+    ptx::cp_async_commit();
+
+    // ---- O += P V -------------------------------------------------------------------------------
+    // P as wgmma's A operand, packed before the fence (no register writes between the MMAs).
+    std::uint32_t pa[4][4];
+#pragma unroll
+    for (int kv = 0; kv < 4; ++kv)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) pa[kv][r] = ptx::pack2<T>(s[8 * kv + 2 * r], s[8 * kv + 2 * r + 1]);
+    ptx::wgmma_fence();
+#pragma unroll
+    for (int kv = 0; kv < 4; ++kv) {
+      const std::uint64_t dv = ptx::wgmma_desc(vs_addr + kv * 16 * 128, kTileKeys * 128, 1024);
+      ptx::wgmma_rs_m64n128k16<T, true>(o, pa[kv], dv, 1);
+    }
+    ptx::wgmma_commit();
+    ptx::wgmma_wait<0>();
+
+    if (kRope && tile + 1 < tile_end) {
+      const std::int64_t next_delta = delta_of(cur);
+      if (next_delta != delta) compute_seg(next_delta);
+    }
+  }
+  ptx::cp_async_wait<0>();
+
+  // ---- outputs -----------------------------------------------------------------------------------
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    float sum = row_sum[h];
+    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+    sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+    const int r = row_a + 8 * h;
+    if (r >= rows_here) continue;
+    const int R = row_begin + r;
+    const std::int64_t out_row =
+        static_cast<std::int64_t>(q_row0 + R / G) * p.num_qo_heads + kv_head * G + R % G;
+    const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+    const float lse2 = sum > 0.0f ? row_max[h] + log2f(sum) : -INFINITY;
+    if (p.kv_splits > 1) {
+      const std::int64_t slot =
+          static_cast<std::int64_t>(blockIdx.z) * p.plan.num_queries * p.num_qo_heads + out_row;
+      float* dst = p.partial_o + slot * D;
+#pragma unroll
+      for (int n = 0; n < D / 8; ++n)
+        *reinterpret_cast<float2*>(dst + n * 8 + 2 * t4) =
+            make_float2(o[4 * n + 2 * h] * inv, o[4 * n + 2 * h + 1] * inv);
+      if (t4 == 0) p.partial_lse[slot] = lse2;
+      continue;
+    }
+    T* dst = static_cast<T*>(p.o) + out_row * D;
+#pragma unroll
+    for (int n = 0; n < D / 8; ++n)
+      *reinterpret_cast<std::uint32_t*>(dst + n * 8 + 2 * t4) =
+          ptx::pack2<T>(o[4 * n + 2 * h] * inv, o[4 * n + 2 * h + 1] * inv);
+    if (t4 == 0 && p.maybe_lse) p.maybe_lse[out_row] = lse2 * 0.6931471805599453f;
+  }
+}
+#endif  // LAZYATTN_EXPERIMENTAL_WGMMA
+
 // Merges the splits' partial states of one output row per warp: weights 2^(lse_z - max).
 template <class T, int D>
 __global__ void prefill_merge_kernel(const float* partial_o, const float* partial_lse, T* out,
@@ -552,6 +860,9 @@ struct PrefillArgs {
   // Key-range splits per query tile: 0 picks (enough CTAs to fill the GPU when the query tiles
   // alone do not), 1 none, N forces N. Splits need a workspace.
   int kv_splits = 0;
+  // EXPERIMENTAL: the Hopper (wgmma) kernel. Needs a build with LAZYATTN_EXPERIMENTAL_WGMMA;
+  // head dim 128, local-form segments, full rotate-half rotary dims; not yet run on a GPU.
+  bool wgmma = false;
 };
 
 // Launches the prefill for one layer over a plan uploaded with make_prefill_schedule. The K/V of
@@ -617,10 +928,25 @@ inline void prefill(const PrefillArgs& args, const DevicePool& pool, const Devic
   int log2_page = 0;
   while ((1 << log2_page) < geo.page_size) ++log2_page;
   p.page_size_log2 = log2_page;
+#ifdef LAZYATTN_EXPERIMENTAL_WGMMA
+  if (args.wgmma) {
+    LAZYATTN_CHECK(ap.head_dim == 128, w, ": wgmma = true with head_dim ", ap.head_dim,
+                   ", expected 128");
+    LAZYATTN_CHECK(!plan.has_raw_segments(), w,
+                   ": wgmma = true with raw-form segments, expected local form only");
+    LAZYATTN_CHECK(!args.rope || (rv.rotary_dim == 128 && !rv.interleaved), w,
+                   ": wgmma = true with rotary_dim ", rv.rotary_dim, rv.interleaved ? " interleaved" : "",
+                   ", expected 128 dims in the rotate-half layout");
+  }
+#else
+  LAZYATTN_CHECK(!args.wgmma, w, ": wgmma = true, but this build has no wgmma kernel (define "
+                 "LAZYATTN_EXPERIMENTAL_WGMMA)");
+#endif
   int splits = args.kv_splits;
   if (splits == 0) {  // enough CTAs for one full wave, each split at least 4 key tiles
     const std::int64_t ctas = static_cast<std::int64_t>(sv.num_qtiles) * ap.num_kv_heads;
-    const std::int64_t capacity = std::int64_t{device_sm_count()} * (ap.head_dim <= 128 ? 2 : 1);
+    const std::int64_t capacity =
+        std::int64_t{device_sm_count()} * (ap.head_dim <= 128 && !args.wgmma ? 2 : 1);
     const std::int64_t tiles = sv.num_tiles / std::max(1, pv.num_requests);
     splits = ws ? static_cast<int>(std::clamp<std::int64_t>(
                       std::min(capacity / ctas, tiles / 4), 1, 16))
@@ -649,8 +975,28 @@ inline void prefill(const PrefillArgs& args, const DevicePool& pool, const Devic
           kernel<<<grid, Shape::kThreads, Shape::kSmemBytes, stream>>>(p);
           LAZYATTN_CUDA_CHECK_LAUNCH();
         };
-        if (args.rope) launch(detail::prefill_kernel<T, D, true>);
-        else launch(detail::prefill_kernel<T, D, false>);
+        bool launched = false;
+#ifdef LAZYATTN_EXPERIMENTAL_WGMMA
+        if constexpr (D == 128) {
+          if (args.wgmma) {
+            constexpr int kSmem = detail::WgmmaPrefillShape::kSmemBytes;
+            auto launch_wgmma = [&](auto kernel) {
+              prepare_kernel(kernel, kSmem);
+              dim3 grid(static_cast<unsigned>(sv.num_qtiles),
+                        static_cast<unsigned>(ap.num_kv_heads), static_cast<unsigned>(splits));
+              kernel<<<grid, detail::kWgmmaPrefillThreads, kSmem, stream>>>(p);
+              LAZYATTN_CUDA_CHECK_LAUNCH();
+            };
+            if (args.rope) launch_wgmma(detail::prefill_wgmma_kernel<T, true>);
+            else launch_wgmma(detail::prefill_wgmma_kernel<T, false>);
+            launched = true;
+          }
+        }
+#endif
+        if (!launched) {
+          if (args.rope) launch(detail::prefill_kernel<T, D, true>);
+          else launch(detail::prefill_kernel<T, D, false>);
+        }
         if (splits > 1) {
           constexpr int kMergeThreads = 256;
           const std::int64_t blocks = (out_rows * 32 + kMergeThreads - 1) / kMergeThreads;
