@@ -22,6 +22,7 @@
 
 #include "lazyattn/cuda.cuh"
 #include "lazyattn/lazyattn.hpp"
+#include "event_timer.hpp"
 
 namespace {
 
@@ -213,20 +214,13 @@ void run_once(Setup& s, Mode mode, int layer, cudaStream_t stream) {
 void bench_decode(benchmark::State& state, Shape shape, Mode mode) {
   Setup& s = setup_for(shape);
   cudaStream_t stream = nullptr;
-  cudaEvent_t start, stop;
-  LAZYATTN_CUDA_CHECK(cudaEventCreate(&start));
-  LAZYATTN_CUDA_CHECK(cudaEventCreate(&stop));
   for (int i = 0; i < 3; ++i) run_once(s, mode, i % s.layers, stream);  // warm-up
+  bench::EventTimer timer;
   int it = 0;
   for (auto _ : state) {
-    int layer = it++ % s.layers;
-    LAZYATTN_CUDA_CHECK(cudaEventRecord(start, stream));
-    run_once(s, mode, layer, stream);
-    LAZYATTN_CUDA_CHECK(cudaEventRecord(stop, stream));
-    LAZYATTN_CUDA_CHECK(cudaEventSynchronize(stop));
-    float ms = 0;
-    LAZYATTN_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-    state.SetIterationTime(ms * 1e-3);
+    // Back to back over rotating layers (together several times L2, so each call reads HBM).
+    state.SetIterationTime(timer.seconds_per_call(
+        [&](int) { run_once(s, mode, it++ % s.layers, stream); }, stream));
   }
   // Bytes that define the figure: K and V read once (the copy moves them twice: read + write).
   double bytes = mode == Mode::kReencode ? 2.0 * static_cast<double>(s.doc_bytes)
@@ -238,8 +232,6 @@ void bench_decode(benchmark::State& state, Shape shape, Mode mode) {
   state.counters["context"] = shape.context;
   state.counters["splits"] = s.splits;
   state.counters["ctas_per_sm"] = cuda::decode_ctas_per_sm(DType::kBFloat16, kHeadDim);
-  LAZYATTN_CUDA_CHECK(cudaEventDestroy(start));
-  LAZYATTN_CUDA_CHECK(cudaEventDestroy(stop));
 }
 
 }  // namespace

@@ -21,6 +21,7 @@
 
 #include "lazyattn/cuda.cuh"
 #include "lazyattn/lazyattn.hpp"
+#include "event_timer.hpp"
 
 namespace {
 
@@ -135,25 +136,15 @@ void bench_prefill(benchmark::State& state, Shape sh, Mode mode) {
   a.rope = mode != Mode::kRopeOff && mode != Mode::kRopeOffWgmma;
   a.wgmma = mode == Mode::kLocalWgmma || mode == Mode::kRopeOffWgmma;
   const cuda::DevicePlan& plan = mode == Mode::kRaw ? s.plan_raw : s.plan_local;
-  cudaEvent_t start, stop;
-  LAZYATTN_CUDA_CHECK(cudaEventCreate(&start));
-  LAZYATTN_CUDA_CHECK(cudaEventCreate(&stop));
   if (const char* e = std::getenv("LAZYATTN_BENCH_PREFILL_SPLITS")) a.kv_splits = std::atoi(e);
   for (int i = 0; i < 3; ++i) cuda::prefill(a, *s.pool, plan, *s.rope, &s.ws);
-  for (auto _ : state) {
-    LAZYATTN_CUDA_CHECK(cudaEventRecord(start));
-    cuda::prefill(a, *s.pool, plan, *s.rope, &s.ws);
-    LAZYATTN_CUDA_CHECK(cudaEventRecord(stop));
-    LAZYATTN_CUDA_CHECK(cudaEventSynchronize(stop));
-    float ms = 0;
-    LAZYATTN_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-    state.SetIterationTime(ms * 1e-3);
-  }
+  bench::EventTimer timer;
+  for (auto _ : state)
+    state.SetIterationTime(
+        timer.seconds_per_call([&](int) { cuda::prefill(a, *s.pool, plan, *s.rope, &s.ws); }));
   state.counters["flops"] = s.flops;
   state.counters["TFLOPs"] =
       benchmark::Counter(s.flops * 1e-12 * state.iterations(), benchmark::Counter::kIsRate);
-  LAZYATTN_CUDA_CHECK(cudaEventDestroy(start));
-  LAZYATTN_CUDA_CHECK(cudaEventDestroy(stop));
 }
 
 }  // namespace

@@ -213,37 +213,83 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
   const std::uint8_t kRawForm = static_cast<std::uint8_t>(StorageForm::kRaw);
 
   // The rotated, scaled 16-bit query of the group (rows >= G zero), for one rotation `delta`.
+  // Rotate-half over all D dims (Llama, Qwen, Mistral): each thread takes 8 dims d..d+7 of one
+  // row and their partners d + D/2.., as two 16-byte loads issued before the angles are computed
+  // (one memory latency, under the sines); other layouts, and D = 256 (whose registers are
+  // full), go element by element.
+  const bool full_half = !interleaved && rotary == D;
   auto build_query = [&](std::int64_t delta) {
-    if (kRope) {
-      for (int j = tid; j < rot_half; j += kDecodeThreads)
-        cs_query[j] = rope_cos_sin(delta, turns[j]);
-    }
-    __syncthreads();
-    for (int i = tid; i < kRows * D; i += kDecodeThreads) {
-      int row = i / D, d = i % D;
-      float v = 0.0f;
-      if (row < G) {
-        const T* qr = q_src + row * D;
-        if (!kRope || d >= rotary) {
-          v = ptx::to_f32(qr[d]);
-        } else {
-          int j, partner;
-          bool first;
-          if (interleaved) {
-            j = d >> 1;
-            first = (d & 1) == 0;
-            partner = first ? d + 1 : d - 1;
-          } else {
-            first = d < rot_half;
-            j = first ? d : d - rot_half;
-            partner = first ? d + rot_half : d - rot_half;
-          }
-          float x = ptx::to_f32(qr[d]), y = ptx::to_f32(qr[partner]);
-          float2 c = cs_query[j];
-          v = (first ? x * c.x - y * c.y : x * c.x + y * c.y) * p.rope.query_scale;
+    constexpr int kPairChunks = kRows * (D / 16);  // (row, 8 first-half dims) units
+    constexpr int kPer = (kPairChunks + kDecodeThreads - 1) / kDecodeThreads;
+    if (kRope && kPer == 1 && full_half) {
+      uint4 xs[kPer], ys[kPer];
+#pragma unroll
+      for (int k = 0; k < kPer; ++k) {
+        const int u = tid + k * kDecodeThreads;
+        const int row = u / (D / 16), d = (u % (D / 16)) * 8;
+        xs[k] = ys[k] = make_uint4(0, 0, 0, 0);
+        if (u < kPairChunks && row < G) {
+          xs[k] = *reinterpret_cast<const uint4*>(q_src + row * D + d);
+          ys[k] = *reinterpret_cast<const uint4*>(q_src + row * D + d + D / 2);
         }
       }
-      q_rot[swizzle<D>(row, d >> 3) + (d & 7)] = ptx::from_f32<T>(v * p.sm_scale_log2);
+      for (int j = tid; j < rot_half; j += kDecodeThreads) cs_query[j] = rope_cos_sin(delta, turns[j]);
+      __syncthreads();
+      const float scale = p.rope.query_scale * p.sm_scale_log2;
+#pragma unroll
+      for (int k = 0; k < kPer; ++k) {
+        const int u = tid + k * kDecodeThreads;
+        if (u >= kPairChunks) break;
+        const int row = u / (D / 16), d = (u % (D / 16)) * 8;
+        const std::uint32_t* xw = reinterpret_cast<const std::uint32_t*>(&xs[k]);
+        const std::uint32_t* yw = reinterpret_cast<const std::uint32_t*>(&ys[k]);
+        uint4 xo, yo;
+        std::uint32_t* xow = reinterpret_cast<std::uint32_t*>(&xo);
+        std::uint32_t* yow = reinterpret_cast<std::uint32_t*>(&yo);
+#pragma unroll
+        for (int w = 0; w < 4; ++w) {
+          float2 x = ptx::unpack2<T>(xw[w]), y = ptx::unpack2<T>(yw[w]);
+          const float2 c0 = cs_query[d + 2 * w], c1 = cs_query[d + 2 * w + 1];
+          rotate_pair(x.x, y.x, c0);
+          rotate_pair(x.y, y.y, c1);
+          xow[w] = ptx::pack2<T>(x.x * scale, x.y * scale);
+          yow[w] = ptx::pack2<T>(y.x * scale, y.y * scale);
+        }
+        *reinterpret_cast<uint4*>(q_rot + swizzle<D>(row, d >> 3)) = xo;
+        *reinterpret_cast<uint4*>(q_rot + swizzle<D>(row, (d + D / 2) >> 3)) = yo;
+      }
+    } else {
+      if (kRope) {
+        for (int j = tid; j < rot_half; j += kDecodeThreads)
+          cs_query[j] = rope_cos_sin(delta, turns[j]);
+      }
+      __syncthreads();
+      for (int i = tid; i < kRows * D; i += kDecodeThreads) {
+        int row = i / D, d = i % D;
+        float v = 0.0f;
+        if (row < G) {
+          const T* qr = q_src + row * D;
+          if (!kRope || d >= rotary) {
+            v = ptx::to_f32(qr[d]);
+          } else {
+            int j, partner;
+            bool first;
+            if (interleaved) {
+              j = d >> 1;
+              first = (d & 1) == 0;
+              partner = first ? d + 1 : d - 1;
+            } else {
+              first = d < rot_half;
+              j = first ? d : d - rot_half;
+              partner = first ? d + rot_half : d - rot_half;
+            }
+            float x = ptx::to_f32(qr[d]), y = ptx::to_f32(qr[partner]);
+            float2 c = cs_query[j];
+            v = (first ? x * c.x - y * c.y : x * c.x + y * c.y) * p.rope.query_scale;
+          }
+        }
+        q_rot[swizzle<D>(row, d >> 3) + (d & 7)] = ptx::from_f32<T>(v * p.sm_scale_log2);
+      }
     }
     __syncthreads();
     if constexpr (Shape::kQInRegisters) {
@@ -645,6 +691,9 @@ inline void decode(const DecodeArgs& args, const DevicePool& pool, const DeviceP
   LAZYATTN_CHECK(ap.logits_soft_cap == 0.0, w, ": logits_soft_cap ", ap.logits_soft_cap,
                  ", expected 0 (soft cap is not implemented in the CUDA kernels)");
   LAZYATTN_CHECK(args.q && args.o, w, ": q and o must be device pointers, got null");
+  LAZYATTN_CHECK(reinterpret_cast<std::uintptr_t>(args.q) % 16 == 0, w,
+                 ": q must be 16-byte aligned (it is read in 16-byte vectors), its address is ",
+                 reinterpret_cast<std::uintptr_t>(args.q) % 16, " mod 16");
   const PlanView& pv = plan.view();
   LAZYATTN_CHECK(pv.num_queries == pv.num_requests, w, ": ", pv.num_queries, " queries for ",
                  pv.num_requests, " requests, expected one query per request");

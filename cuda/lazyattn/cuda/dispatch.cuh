@@ -1,9 +1,11 @@
 // Runtime head dims turned into compile-time constants, and kernel attributes set before launch.
 #pragma once
 
+#include <cuda.h>
 #include <cuda_runtime.h>
 
 #include <type_traits>
+#include <vector>
 
 #include "lazyattn/cuda/common.cuh"
 
@@ -11,15 +13,67 @@ namespace lazyattn::cuda {
 
 inline const char* supported_head_dims() { return "64, 128, 256"; }
 
+namespace detail {
+
+// The current context's unique id (cuCtxGetId, through the runtime's driver entry points, so no
+// link to libcuda), or 0 when there is none yet. A context made after cudaDeviceReset gets a new
+// id, so attributes set in the old one are not mistaken for set.
+inline unsigned long long current_context_id() {
+  using GetCurrent = CUresult (*)(CUcontext*);
+  using GetId = CUresult (*)(CUcontext, unsigned long long*);
+  struct Fns {
+    GetCurrent get_current = nullptr;
+    GetId get_id = nullptr;
+  };
+  static const Fns fns = [] {
+    Fns f;
+    void* p = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    if (cudaGetDriverEntryPointByVersion("cuCtxGetCurrent", &p, 12000, cudaEnableDefault, &found) ==
+            cudaSuccess &&
+        found == cudaDriverEntryPointSuccess)
+      f.get_current = reinterpret_cast<GetCurrent>(p);
+    if (cudaGetDriverEntryPointByVersion("cuCtxGetId", &p, 12000, cudaEnableDefault, &found) ==
+            cudaSuccess &&
+        found == cudaDriverEntryPointSuccess)
+      f.get_id = reinterpret_cast<GetId>(p);
+    return f;
+  }();
+  CUcontext ctx = nullptr;
+  unsigned long long id = 0;
+  if (!fns.get_current || !fns.get_id || fns.get_current(&ctx) != CUDA_SUCCESS || !ctx ||
+      fns.get_id(ctx, &id) != CUDA_SUCCESS)
+    return 0;
+  return id;
+}
+
+}  // namespace detail
+
 // Raises a kernel's dynamic shared memory limit and asks for the largest shared-memory carveout,
 // so that two CTAs fit per multiprocessor where their footprint allows (the default carveout may
-// leave room for one). Once per kernel and device is enough; repeating it is harmless.
+// leave room for one). Done once per kernel, context and size: each cudaFuncSetAttribute is a
+// driver call that, on every launch, costs host time the small decode steps feel.
 template <class Kernel>
 void prepare_kernel(Kernel kernel, int smem_bytes) {
+  struct Done {
+    const void* fn;
+    unsigned long long context;
+    int smem_bytes;  // the limit set: launches with up to this much need nothing more
+  };
+  thread_local std::vector<Done> done;  // per thread: no lock on the launch path
+  const void* fn = reinterpret_cast<const void*>(kernel);
+  const unsigned long long context = detail::current_context_id();
+  Done* entry = nullptr;
+  if (context != 0)
+    for (Done& d : done)
+      if (d.fn == fn && d.context == context) entry = &d;
+  if (entry && entry->smem_bytes >= smem_bytes) return;
   LAZYATTN_CUDA_CHECK(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
   LAZYATTN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
                                            cudaSharedmemCarveoutMaxShared));
+  if (entry) entry->smem_bytes = smem_bytes;
+  else if (context != 0) done.push_back({fn, context, smem_bytes});
 }
 
 // Calls f(std::integral_constant<int, D>{}) for a supported head dim, or throws naming it.

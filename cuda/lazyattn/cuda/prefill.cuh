@@ -505,29 +505,40 @@ __global__ void __launch_bounds__(PrefillShape<D>::kThreads, PrefillShape<D>::kM
 }
 
 #ifdef LAZYATTN_EXPERIMENTAL_WGMMA
-// EXPERIMENTAL (branch hopper-wgmma; compiled for sm_90a, NOT yet run on a GPU): the same
-// prefill on Hopper's warpgroup MMA, head dim 128, 16-bit, local form with full rotate-half
-// rotary dims (the launcher sends anything else to prefill_kernel). Two warpgroups own 64 query
-// rows each of the CTA's 128. K and V tiles arrive by cp.async in the blocked 128-byte-swizzle
-// layout wgmma descriptors read (one K and one V buffer, as prefill_kernel streams them). The
-// rotated query lives in registers as wgmma's A operand: at a segment change each thread
-// re-rotates its own fragments from the raw query in shared memory (rows g and g + 8 of its warp,
-// the partner dims d + 64 sitting in the same thread's registers four k-steps on), with no
-// barrier. S = Q K^T is m64n64k16 (A registers, B = K K-major), O += P V is m64n128k16 (A = P
-// from the S accumulators, B = V MN-major). No warp specialisation or softmax/MMA overlap yet.
+// EXPERIMENTAL (LAZYATTN_EXPERIMENTAL_WGMMA): the same prefill on Hopper's warpgroup MMA, head
+// dim 128, 16-bit, local form with full rotate-half rotary dims (the launcher sends anything else
+// to prefill_kernel). Two warpgroups own 64 query rows each of the CTA's 128.
+//  - K/V: a ring of kWgmmaStages tiles loaded by cp.async (all threads) in the blocked
+//    128-byte-swizzle layout wgmma's descriptors read, issued three tiles ahead; one CTA barrier
+//    per tile.
+//  - Query: the raw tile stays in shared memory; at a segment change each warpgroup writes its
+//    64 rotated, scaled rows into a second tile (the A operand of S = Q K^T, from shared memory)
+//    and syncs itself alone. The cos/sin rows of the next segment are computed a tile ahead into
+//    one of two buffers.
+//  - Overlap inside a warpgroup: S(j+1) = Q K(j+1)^T is issued before the softmax of tile j, so
+//    the tensor cores work while the exponentials run; then O += P(j) V(j) (P from registers).
 inline constexpr int kWgmmaPrefillThreads = 256;
+inline constexpr int kWgmmaStages = 4;
 struct WgmmaPrefillShape {
   static constexpr int D = 128;
   static constexpr int kTileBytes = kTileKeys * D * 2;      // 16 KiB
   static constexpr int kQBytes = kPrefillRows * D * 2;      // 32 KiB
-  static constexpr int kK = 0;
-  static constexpr int kV = kK + kTileBytes;
-  static constexpr int kQRaw = kV + kTileBytes;
-  static constexpr int kCsSeg = kQRaw + kQBytes;            // [8][64] float2
-  static constexpr int kCsOff = kCsSeg + 8 * (D / 2) * 8;   // [16][64] float2
+  static constexpr int kStages = 0;                         // [stage][K, V] tiles
+  static constexpr int kQRaw = kStages + kWgmmaStages * 2 * kTileBytes;
+  static constexpr int kQRot = kQRaw + kQBytes;
+  static constexpr int kCsSeg = kQRot + kQBytes;            // [2][8][64] float2
+  static constexpr int kCsOff = kCsSeg + 2 * 8 * (D / 2) * 8;  // [16][64] float2
   static constexpr int kTurns = kCsOff + 16 * (D / 2) * 8;  // [64] Q0.64
   static constexpr int kSmemBytes = kTurns + (D / 2) * 8;
 };
+
+// Keeps the compiler from moving reads or writes of registers an in-flight wgmma owns across
+// the issue and the wait (the asm statements below are ordered with the wgmma ones).
+template <int N>
+__device__ __forceinline__ void fence_operands(float (&r)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) asm volatile("" : "+f"(r[i])::"memory");
+}
 
 template <class T, bool kRope>
 __global__ void __launch_bounds__(kWgmmaPrefillThreads, 1)
@@ -535,14 +546,14 @@ __global__ void __launch_bounds__(kWgmmaPrefillThreads, 1)
   using Shape = WgmmaPrefillShape;
   constexpr int D = Shape::D;
   constexpr int kThreads = kWgmmaPrefillThreads;
+  constexpr int S = kWgmmaStages;
   constexpr int KSteps = D / 16;
   constexpr int kHalf = D / 2;  // rotary pairs (rotary_dim == D here)
   extern __shared__ __align__(1024) unsigned char smem[];
   if ((ptx::smem_addr(smem) & 1023u) != 0) __trap();  // the swizzle keys on address bits
-  T* ks = reinterpret_cast<T*>(smem + Shape::kK);
-  T* vs = reinterpret_cast<T*>(smem + Shape::kV);
   T* q_raw = reinterpret_cast<T*>(smem + Shape::kQRaw);
-  float2* cs_seg = reinterpret_cast<float2*>(smem + Shape::kCsSeg);  // [8][pair]
+  T* q_rot = reinterpret_cast<T*>(smem + Shape::kQRot);
+  float2* cs_seg = reinterpret_cast<float2*>(smem + Shape::kCsSeg);  // [2][8][pair]
   float2* cs_off = reinterpret_cast<float2*>(smem + Shape::kCsOff);  // [16][pair]
   std::uint64_t* s_turns = reinterpret_cast<std::uint64_t*>(smem + Shape::kTurns);
 
@@ -550,11 +561,12 @@ __global__ void __launch_bounds__(kWgmmaPrefillThreads, 1)
   const int kv_head = blockIdx.y;
   const int tid = threadIdx.x;
   const int warp = tid >> 5;
+  const int wg = warp >> 2;
   const int lane = tid & 31;
   const int g = lane >> 2;
   const int t4 = lane & 3;
-  // This thread's two rows of the CTA's 128: warpgroup warp / 4 owns 64, its warps 16 each.
-  const int row_a = (warp >> 2) * 64 + (warp & 3) * 16 + g;  // and row_a + 8
+  // This thread's two rows of the CTA's 128: warpgroup wg owns 64, its warps 16 each.
+  const int row_a = wg * 64 + (warp & 3) * 16 + g;  // and row_a + 8
 
   const int b = p.sched.qtile_request[qtile];
   const int row_begin = p.sched.qtile_row_begin[qtile];
@@ -584,7 +596,7 @@ __global__ void __launch_bounds__(kWgmmaPrefillThreads, 1)
     tile_begin += static_cast<int>(static_cast<std::int64_t>(n) * z / p.kv_splits);
   }
 
-  // ---- the raw query tile (blocked layout), zero past the request -----------------------------
+  // ---- the raw query tile (blocked layout), zero past the request: joins the first tile's group
   {
     constexpr int kChunks = D / 8;
     const int chunk = tid % kChunks;
@@ -601,7 +613,7 @@ __global__ void __launch_bounds__(kWgmmaPrefillThreads, 1)
     }
   }
 
-  using Stream = TileStream<T, D, kThreads, 1, true>;
+  using Stream = TileStream<T, D, kThreads, S, true>;
   Stream stream{p.sched.tiles,
                 p.plan.page_ids,
                 static_cast<const T*>(p.k_pool) + kv_head * p.head_stride,
@@ -611,38 +623,38 @@ __global__ void __launch_bounds__(kWgmmaPrefillThreads, 1)
                 tile_end,
                 tid % Stream::kChunks,
                 tid / Stream::kChunks,
-                nullptr};
+                reinterpret_cast<T*>(smem + Shape::kStages)};
   stream.prefetch_records(tile_begin, tid);
-  TileInfo cur = stream.info(tile_begin);
-  int pages[Stream::kRowsPerThread];
-  stream.fetch_pages(cur, pages);
-  if (tile_begin < tile_end) stream.issue_one(stream.k, cur, pages, ks);
-  ptx::cp_async_commit();
+  stream.start(tile_begin);  // tiles begin .. begin + S - 2, one group each
 
   auto delta_of = [&](const TileInfo& ti) { return kRope ? m_first - ti.seg_start : m_first; };
   const int coarse_rows = (kPrefillRows / G + 15) / 16;
-  auto compute_seg = [&](std::int64_t delta) {
+  // cos/sin rows of query offsets 0, 16, 32, ... at `delta`, into buffer `buf`.
+  auto compute_seg = [&](std::int64_t delta, int buf) {
+    float2* dst = cs_seg + buf * 8 * kHalf;
     for (int i = tid; i < coarse_rows * kHalf; i += kThreads)
-      cs_seg[i] = rope_cos_sin(delta + 16 * (i / kHalf), s_turns[i % kHalf]);
+      dst[i] = rope_cos_sin(delta + 16 * (i / kHalf), s_turns[i % kHalf]);
   };
+  TileInfo ti_cur = stream.info(tile_begin);
+  TileInfo ti_next = stream.info(tile_begin + 1);
+  int cs_latest = 0;                      // the buffer holding the newest segment's rows
+  std::int64_t cs_delta = delta_of(ti_cur);
   if (kRope) {
     for (int i = tid; i < 16 * kHalf; i += kThreads) cs_off[i] = offset_cs[i];
     for (int j = tid; j < kHalf; j += kThreads) s_turns[j] = turns[j];
     __syncthreads();
-    compute_seg(delta_of(cur));
+    compute_seg(cs_delta, 0);
   }
 
-  // The rotated, scaled query fragments (wgmma A operand): k-step kk, registers as mma.sync's A:
-  // [0] (row_a, c..c+1), [1] (row_a + 8, c..), [2] (row_a, c+8..), [3] (row_a + 8, c+8..),
-  // c = 16 kk + 2 t4.
-  std::uint32_t qf[KSteps][4];
+  // Writes this warpgroup's 64 rotated, scaled query rows (cos/sin from buffer `buf`) into q_rot
+  // and syncs the warpgroup; the caller has waited for every wgmma that reads q_rot.
   const float q_scale = kRope ? p.sm_scale_log2 * p.rope.query_scale : p.sm_scale_log2;
-  auto build_query = [&]() {
+  auto build_query = [&](int buf) {
+    const float2* seg = cs_seg + buf * 8 * kHalf;
     const int ia = (row_begin % G + row_a) / G;  // query offsets of the two rows from i_first
     const int ib = (row_begin % G + row_a + 8) / G;
-    auto raw = [&](int row, int col) {
-      return *reinterpret_cast<const std::uint32_t*>(
-          q_raw + blocked_swizzle<D, kPrefillRows>(row, col >> 3) + (col & 7));
+    auto at = [&](T* base, int row, int col) {
+      return base + blocked_swizzle<D, kPrefillRows>(row, col >> 3) + (col & 7);
     };
 #pragma unroll
     for (int kk = 0; kk < KSteps / 2; ++kk) {
@@ -650,61 +662,80 @@ __global__ void __launch_bounds__(kWgmmaPrefillThreads, 1)
       for (int r = 0; r < 4; ++r) {
         const int row = row_a + 8 * (r & 1);
         const int col = 16 * kk + 2 * t4 + 8 * (r >> 1);  // dims col, col + 1 and + 64
-        float2 x = ptx::unpack2<T>(raw(row, col)), y = ptx::unpack2<T>(raw(row, col + kHalf));
+        float2 x = ptx::unpack2<T>(*reinterpret_cast<const std::uint32_t*>(at(q_raw, row, col)));
+        float2 y =
+            ptx::unpack2<T>(*reinterpret_cast<const std::uint32_t*>(at(q_raw, row, col + kHalf)));
         if (kRope) {
           const int i = (r & 1) ? ib : ia;
-          const float2 c0 = combine_angles(cs_seg[(i >> 4) * kHalf + col], cs_off[(i & 15) * kHalf + col]);
+          const float2 c0 = combine_angles(seg[(i >> 4) * kHalf + col], cs_off[(i & 15) * kHalf + col]);
           const float2 c1 =
-              combine_angles(cs_seg[(i >> 4) * kHalf + col + 1], cs_off[(i & 15) * kHalf + col + 1]);
+              combine_angles(seg[(i >> 4) * kHalf + col + 1], cs_off[(i & 15) * kHalf + col + 1]);
           rotate_pair(x.x, y.x, c0);
           rotate_pair(x.y, y.y, c1);
         }
-        qf[kk][r] = ptx::pack2<T>(x.x * q_scale, x.y * q_scale);
-        qf[kk + KSteps / 2][r] = ptx::pack2<T>(y.x * q_scale, y.y * q_scale);
+        *reinterpret_cast<std::uint32_t*>(at(q_rot, row, col)) =
+            ptx::pack2<T>(x.x * q_scale, x.y * q_scale);
+        *reinterpret_cast<std::uint32_t*>(at(q_rot, row, col + kHalf)) =
+            ptx::pack2<T>(y.x * q_scale, y.y * q_scale);
       }
     }
+    ptx::fence_proxy_async_smem();  // the generic writes before wgmma's async-proxy reads
+    ptx::named_barrier_sync(1 + wg, 128);
+  };
+
+  // S = Q K^T for this warpgroup's 64 rows against the tile in ring stage `stage` (issued, not
+  // waited for).
+  const std::uint32_t q_addr = ptx::smem_addr(q_rot) + wg * 64 * 128;
+  auto issue_qk = [&](float (&s)[32], int stage) {
+    const std::uint32_t k_addr = ptx::smem_addr(stream.k_stage(stage));
+    fence_operands(s);
+    ptx::wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < KSteps; ++kk) {
+      const std::uint32_t step = (kk / 4) * (kPrefillRows * 128) + (kk % 4) * 32;
+      const std::uint32_t kstep = (kk / 4) * (kTileKeys * 128) + (kk % 4) * 32;
+      ptx::wgmma_ss_m64n64k16<T, false>(s, ptx::wgmma_desc(q_addr + step, 16, 1024),
+                                        ptx::wgmma_desc(k_addr + kstep, 16, 1024), kk > 0);
+    }
+    ptx::wgmma_commit();
   };
 
   float o[D / 2];  // m64n128 accumulator: 16 column blocks x 4
 #pragma unroll
   for (int i = 0; i < D / 2; ++i) o[i] = 0.0f;
   float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.0f, 0.0f};
+  float s_cur[32], s_next[32] = {};
   std::int64_t q_delta = 0;
-  bool q_ready = false;
-  const std::uint32_t ks_addr = ptx::smem_addr(ks), vs_addr = ptx::smem_addr(vs);
 
-  for (int tile = tile_begin; tile < tile_end; ++tile) {
-    ptx::cp_async_wait<0>();
-    ptx::fence_proxy_async_smem();  // cp.async's writes before wgmma's (async-proxy) reads
+  if (tile_begin < tile_end) {
+    // ---- prologue: tile_begin's K (and the raw query) landed; its query; S(tile_begin) -------
+    ptx::cp_async_wait<S - 2>();
+    ptx::fence_proxy_async_smem();
     __syncthreads();
-    const TileInfo ti = cur;
-    stream.issue_one(stream.v, ti, pages, vs);
-    ptx::cp_async_commit();
-    cur = stream.info(tile + 1);
-    stream.fetch_pages(cur, pages);
-
-    const std::int64_t delta = delta_of(ti);
-    if (!q_ready || (kRope && delta != q_delta)) {
-      build_query();
-      q_delta = delta;
-      q_ready = true;
-    }
-
-    // ---- S = Q K^T (64 rows x 64 keys per warpgroup) ------------------------------------------
-    float s[32];
-#pragma unroll
-    for (int i = 0; i < 32; ++i) s[i] = 0.0f;
-    ptx::wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < KSteps; ++kk) {
-      const std::uint64_t dk = ptx::wgmma_desc(ks_addr + (kk / 4) * (kTileKeys * 128) + (kk % 4) * 32,
-                                               16, 1024);
-      ptx::wgmma_rs_m64n64k16<T, false>(s, qf[kk], dk, 1);
-    }
-    ptx::wgmma_commit();
+    build_query(cs_latest);
+    q_delta = cs_delta;
+    issue_qk(s_cur, 0);
     ptx::wgmma_wait<0>();
+    fence_operands(s_cur);
+    if (kRope && tile_begin + 1 < tile_end && delta_of(ti_next) != cs_delta) {
+      cs_latest ^= 1;
+      cs_delta = delta_of(ti_next);
+      compute_seg(cs_delta, cs_latest);
+    }
+  }
+
+  for (int tile = tile_begin, it = 0; tile < tile_end; ++tile, ++it) {
+    // Tile + 1 landed (tile + 2 may be in flight); everyone is past tile - 1, whose stage takes
+    // tile + 3.
+    ptx::cp_async_wait<S - 3>();
+    ptx::fence_proxy_async_smem();
+    __syncthreads();
+    stream.step(tile, it);
+    const bool has_next = tile + 1 < tile_end;
+    const TileInfo ti_after = stream.info(tile + 2);
 
     // ---- masks -------------------------------------------------------------------------------
+    const TileInfo ti = ti_cur;
     const bool tail_mask = ti.is_tail && ti.key0 + ti.rows - 1 > causal_offset + i_first;
     if (ti.rows < kTileKeys || tail_mask) {
 #pragma unroll
@@ -716,30 +747,26 @@ __global__ void __launch_bounds__(kWgmmaPrefillThreads, 1)
           if (tail_mask)
             hidden = hidden ||
                      ti.key0 + key > causal_offset + i_first + (row_a + 8 * (e >> 1)) / G;
-          if (hidden) s[4 * n + e] = -INFINITY;
+          if (hidden) s_cur[4 * n + e] = -INFINITY;
         }
     }
 
-    // ---- online softmax ------------------------------------------------------------------------
+    // ---- online softmax, part 1: row maxima, O rescaled (before S(tile + 1) is issued: ptxas
+    // serialises wgmma when ordinary instructions touch an accumulator of the group in flight)
+    float m_use[2];
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       float mx = -INFINITY;
 #pragma unroll
-      for (int n = 0; n < 8; ++n) mx = fmaxf(mx, fmaxf(s[4 * n + 2 * h], s[4 * n + 2 * h + 1]));
+      for (int n = 0; n < 8; ++n)
+        mx = fmaxf(mx, fmaxf(s_cur[4 * n + 2 * h], s_cur[4 * n + 2 * h + 1]));
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
       const float m_new = fmaxf(row_max[h], mx);
-      const float m_use = m_new == -INFINITY ? 0.0f : m_new;
-      const float scale = ptx::exp2_approx(row_max[h] - m_use);
+      m_use[h] = m_new == -INFINITY ? 0.0f : m_new;
+      const float scale = ptx::exp2_approx(row_max[h] - m_use[h]);
       row_max[h] = m_new;
-      float sum = 0.0f;
-#pragma unroll
-      for (int n = 0; n < 8; ++n) {
-        s[4 * n + 2 * h] = ptx::exp2_approx(s[4 * n + 2 * h] - m_use);
-        s[4 * n + 2 * h + 1] = ptx::exp2_approx(s[4 * n + 2 * h + 1] - m_use);
-        sum += s[4 * n + 2 * h] + s[4 * n + 2 * h + 1];
-      }
-      row_sum[h] = row_sum[h] * scale + sum;
+      row_sum[h] *= scale;
 #pragma unroll
       for (int n = 0; n < D / 8; ++n) {
         o[4 * n + 2 * h] *= scale;
@@ -747,32 +774,58 @@ __global__ void __launch_bounds__(kWgmmaPrefillThreads, 1)
       }
     }
 
-    // V has landed; both warpgroups are past Q K^T, so the K buffer takes the next tile.
-    ptx::cp_async_wait<0>();
-    ptx::fence_proxy_async_smem();
-    __syncthreads();
-    if (tile + 1 < tile_end) stream.issue_one(stream.k, cur, pages, ks);
-    ptx::cp_async_commit();
+    // ---- S(tile + 1), issued before this tile's exponentials -----------------------------------
+    if (has_next) {
+      if (kRope && delta_of(ti_next) != q_delta) {
+        build_query(cs_latest);  // S(tile) was waited for: q_rot is free
+        q_delta = delta_of(ti_next);
+      }
+      issue_qk(s_next, (it + 1) % S);
+    }
 
-    // ---- O += P V -------------------------------------------------------------------------------
-    // P as wgmma's A operand, packed before the fence (no register writes between the MMAs).
+    // ---- online softmax, part 2: P = 2^(S - max), row sums ------------------------------------
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      float sum = 0.0f;
+#pragma unroll
+      for (int n = 0; n < 8; ++n) {
+        s_cur[4 * n + 2 * h] = ptx::exp2_approx(s_cur[4 * n + 2 * h] - m_use[h]);
+        s_cur[4 * n + 2 * h + 1] = ptx::exp2_approx(s_cur[4 * n + 2 * h + 1] - m_use[h]);
+        sum += s_cur[4 * n + 2 * h] + s_cur[4 * n + 2 * h + 1];
+      }
+      row_sum[h] += sum;
+    }
+
+    // ---- O += P V ------------------------------------------------------------------------------
     std::uint32_t pa[4][4];
 #pragma unroll
     for (int kv = 0; kv < 4; ++kv)
 #pragma unroll
-      for (int r = 0; r < 4; ++r) pa[kv][r] = ptx::pack2<T>(s[8 * kv + 2 * r], s[8 * kv + 2 * r + 1]);
+      for (int r = 0; r < 4; ++r)
+        pa[kv][r] = ptx::pack2<T>(s_cur[8 * kv + 2 * r], s_cur[8 * kv + 2 * r + 1]);
+    const std::uint32_t v_addr = ptx::smem_addr(stream.v_stage(it % S));
+    fence_operands(o);
     ptx::wgmma_fence();
 #pragma unroll
     for (int kv = 0; kv < 4; ++kv) {
-      const std::uint64_t dv = ptx::wgmma_desc(vs_addr + kv * 16 * 128, kTileKeys * 128, 1024);
+      const std::uint64_t dv = ptx::wgmma_desc(v_addr + kv * 16 * 128, kTileKeys * 128, 1024);
       ptx::wgmma_rs_m64n128k16<T, true>(o, pa[kv], dv, 1);
     }
     ptx::wgmma_commit();
     ptx::wgmma_wait<0>();
+    fence_operands(o);
+    fence_operands(s_next);
 
-    if (kRope && tile + 1 < tile_end) {
-      const std::int64_t next_delta = delta_of(cur);
-      if (next_delta != delta) compute_seg(next_delta);
+#pragma unroll
+    for (int i = 0; i < 32; ++i) s_cur[i] = s_next[i];
+    ti_cur = ti_next;
+    ti_next = ti_after;
+    // The cos/sin rows S(tile + 2) needs, into the buffer no one reads now (its last reader
+    // passed this iteration's barrier).
+    if (kRope && tile + 2 < tile_end && delta_of(ti_after) != cs_delta) {
+      cs_latest ^= 1;
+      cs_delta = delta_of(ti_after);
+      compute_seg(cs_delta, cs_latest);
     }
   }
   ptx::cp_async_wait<0>();
@@ -887,6 +940,9 @@ inline void prefill(const PrefillArgs& args, const DevicePool& pool, const Devic
   LAZYATTN_CHECK(ap.logits_soft_cap == 0.0, w, ": logits_soft_cap ", ap.logits_soft_cap,
                  ", expected 0 (soft cap is not implemented in the CUDA kernels)");
   LAZYATTN_CHECK(args.q && args.o, w, ": q and o must be device pointers, got null");
+  LAZYATTN_CHECK(reinterpret_cast<std::uintptr_t>(args.q) % 16 == 0, w,
+                 ": q must be 16-byte aligned (it is read in 16-byte vectors), its address is ",
+                 reinterpret_cast<std::uintptr_t>(args.q) % 16, " mod 16");
   LAZYATTN_CHECK(args.kv_splits >= 0 && args.kv_splits <= 64, w, ": kv_splits ", args.kv_splits,
                  ", expected 0 (automatic) to 64");
   LAZYATTN_CHECK(args.kv_splits <= 1 || ws, w, ": kv_splits ", args.kv_splits,
