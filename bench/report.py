@@ -86,6 +86,13 @@ def prefill_table(ours, peers):
                 r["rope_overhead_local"] = us["local"] / us["rope_off"] - 1.0
                 if "raw" in us:
                     r["rope_overhead_raw"] = us["raw"] / us["rope_off"] - 1.0
+        if "local_wgmma" in tf:  # the Hopper kernel (builds with LAZYATTN_EXPERIMENTAL_WGMMA)
+            if r["flash_tflops"]:
+                r["wgmma_vs_flash"] = tf["local_wgmma"] / r["flash_tflops"]
+            if r["cudnn_tflops"]:
+                r["wgmma_vs_cudnn"] = tf["local_wgmma"] / r["cudnn_tflops"]
+            if "rope_off_wgmma" in us:
+                r["rope_overhead_wgmma"] = us["local_wgmma"] / us["rope_off_wgmma"] - 1.0
         out.append(r)
     return out
 
@@ -102,6 +109,16 @@ def prefill_markdown(rows, meta):
                      f"{fmt(r['cudnn_tflops'], '{:.0f}')} | {fmt(r.get('local_vs_flash'))}x | "
                      f"{fmt(r.get('local_vs_cudnn'))}x | {fmt(r.get('rope_overhead_local'), '{:+.1%}')} / "
                      f"{fmt(r.get('rope_overhead_raw'), '{:+.1%}')} |")
+    if any("local_wgmma" in r["ours_tflops"] for r in rows):
+        lines += ["", "Hopper kernel (wgmma, LAZYATTN_EXPERIMENTAL_WGMMA), same call:", "",
+                  "| shape | wgmma local | wgmma RoPE off | wgmma / flash | wgmma / cuDNN | "
+                  "RoPE overhead |", "|---|---|---|---|---|---|"]
+        for r in rows:
+            tf = r["ours_tflops"]
+            lines.append(f"| {r['shape']} | {fmt(tf.get('local_wgmma'), '{:.0f}')} | "
+                         f"{fmt(tf.get('rope_off_wgmma'), '{:.0f}')} | {fmt(r.get('wgmma_vs_flash'))}x | "
+                         f"{fmt(r.get('wgmma_vs_cudnn'))}x | "
+                         f"{fmt(r.get('rope_overhead_wgmma'), '{:+.1%}')} |")
     return "\n".join(lines) + "\n"
 
 
@@ -180,6 +197,9 @@ def plot_prefill(rows, path, meta):
               ("ours RoPE off", [r["ours_tflops"].get("rope_off") or 0 for r in rows]),
               ("flash (no RoPE)", [r["flash_tflops"] or 0 for r in rows]),
               ("cuDNN (no RoPE)", [r["cudnn_tflops"] or 0 for r in rows])]
+    if any("local_wgmma" in r["ours_tflops"] for r in rows):
+        series.insert(1, ("ours local, wgmma", [r["ours_tflops"].get("local_wgmma") or 0
+                                                 for r in rows]))
     bars(path, [r["shape"] for r in rows], series, "TFLOP/s",
          f"Prefill on {meta['device']}, Llama-3-8B heads, bf16, page 16 ({meta['date']})",
          figsize=(8, 4.5))
