@@ -101,10 +101,17 @@ void check_prefill(const test::ref::Scenario& sc) {
   // rotary dims), under the same rule.
   if (wgmma_applies(spec)) {
     ds.prefill_wgmma = true;
-    for (int splits : {0, 1, 3}) {
-      ds.prefill_kv_splits = splits;
+    struct Variant {
+      int kv_splits;
+      bool query_in_registers;
+    };
+    for (Variant v : {Variant{0, true}, Variant{1, true}, Variant{3, true}, Variant{0, false},
+                      Variant{3, false}}) {
+      ds.prefill_kv_splits = v.kv_splits;
+      ds.prefill_wgmma_query_in_registers = v.query_in_registers;
       gpu::GpuResult got = ds.deferred();
-      INFO("wgmma kernel, kv_splits " << splits);
+      INFO("wgmma kernel, kv_splits " << ds.prefill_kv_splits << ", query in registers "
+                                      << ds.prefill_wgmma_query_in_registers);
       CHECK(got.unwritten == 0);
       std::string r1 = gpu::check_error_rule(got.out, ref.out, eager_out, 1e-3 * scale + 1e-5);
       INFO(r1);
@@ -114,6 +121,7 @@ void check_prefill(const test::ref::Scenario& sc) {
       CHECK(r2.empty());
     }
     ds.prefill_wgmma = false;
+    ds.prefill_wgmma_query_in_registers = true;
   }
 #endif
 }

@@ -540,7 +540,9 @@ __device__ __forceinline__ void fence_operands(float (&r)[N]) {
   for (int i = 0; i < N; ++i) asm volatile("" : "+f"(r[i])::"memory");
 }
 
-template <class T, bool kRope>
+// kQRegs: the rotated query is wgmma's A operand from registers (each thread's fragments), not
+// from shared memory (q_rot); a rebuild then needs no shared-memory writes or barrier.
+template <class T, bool kRope, bool kQRegs>
 __global__ void __launch_bounds__(kWgmmaPrefillThreads, 1)
     prefill_wgmma_kernel(const __grid_constant__ PrefillParams p) {
   using Shape = WgmmaPrefillShape;
@@ -647,7 +649,10 @@ __global__ void __launch_bounds__(kWgmmaPrefillThreads, 1)
   }
 
   // Writes this warpgroup's 64 rotated, scaled query rows (cos/sin from buffer `buf`) into q_rot
-  // and syncs the warpgroup; the caller has waited for every wgmma that reads q_rot.
+  // and syncs the warpgroup, or (kQRegs) this thread's fragments into qf: k-step kk, registers
+  // as mma.sync's A: [0] (row_a, c..c+1), [1] (row_a + 8, c..), [2] (row_a, c+8..),
+  // [3] (row_a + 8, c+8..), c = 16 kk + 2 t4. The caller has waited for every wgmma reading them.
+  std::uint32_t qf[kQRegs ? KSteps : 1][4];
   const float q_scale = kRope ? p.sm_scale_log2 * p.rope.query_scale : p.sm_scale_log2;
   auto build_query = [&](int buf) {
     const float2* seg = cs_seg + buf * 8 * kHalf;
@@ -673,14 +678,22 @@ __global__ void __launch_bounds__(kWgmmaPrefillThreads, 1)
           rotate_pair(x.x, y.x, c0);
           rotate_pair(x.y, y.y, c1);
         }
-        *reinterpret_cast<std::uint32_t*>(at(q_rot, row, col)) =
-            ptx::pack2<T>(x.x * q_scale, x.y * q_scale);
-        *reinterpret_cast<std::uint32_t*>(at(q_rot, row, col + kHalf)) =
-            ptx::pack2<T>(y.x * q_scale, y.y * q_scale);
+        if constexpr (kQRegs) {
+          qf[kk][r] = ptx::pack2<T>(x.x * q_scale, x.y * q_scale);
+          qf[kk + KSteps / 2][r] = ptx::pack2<T>(y.x * q_scale, y.y * q_scale);
+        } else {
+          *reinterpret_cast<std::uint32_t*>(at(q_rot, row, col)) =
+              ptx::pack2<T>(x.x * q_scale, x.y * q_scale);
+          *reinterpret_cast<std::uint32_t*>(at(q_rot, row, col + kHalf)) =
+              ptx::pack2<T>(y.x * q_scale, y.y * q_scale);
+        }
       }
     }
-    ptx::fence_proxy_async_smem();  // the generic writes before wgmma's async-proxy reads
-    ptx::named_barrier_sync(1 + wg, 128);
+    if constexpr (!kQRegs) {
+      ptx::fence_proxy_async_smem();  // the generic writes before wgmma's async-proxy reads
+      if (wg == 0) ptx::named_barrier_sync<1, 128>();
+      else ptx::named_barrier_sync<2, 128>();
+    }
   };
 
   // S = Q K^T for this warpgroup's 64 rows against the tile in ring stage `stage` (issued, not
@@ -694,8 +707,12 @@ __global__ void __launch_bounds__(kWgmmaPrefillThreads, 1)
     for (int kk = 0; kk < KSteps; ++kk) {
       const std::uint32_t step = (kk / 4) * (kPrefillRows * 128) + (kk % 4) * 32;
       const std::uint32_t kstep = (kk / 4) * (kTileKeys * 128) + (kk % 4) * 32;
-      ptx::wgmma_ss_m64n64k16<T, false>(s, ptx::wgmma_desc(q_addr + step, 16, 1024),
-                                        ptx::wgmma_desc(k_addr + kstep, 16, 1024), kk > 0);
+      if constexpr (kQRegs)
+        ptx::wgmma_rs_m64n64k16<T, false>(s, qf[kk], ptx::wgmma_desc(k_addr + kstep, 16, 1024),
+                                          kk > 0);
+      else
+        ptx::wgmma_ss_m64n64k16<T, false>(s, ptx::wgmma_desc(q_addr + step, 16, 1024),
+                                          ptx::wgmma_desc(k_addr + kstep, 16, 1024), kk > 0);
     }
     ptx::wgmma_commit();
   };
@@ -914,8 +931,10 @@ struct PrefillArgs {
   // alone do not), 1 none, N forces N. Splits need a workspace.
   int kv_splits = 0;
   // EXPERIMENTAL: the Hopper (wgmma) kernel. Needs a build with LAZYATTN_EXPERIMENTAL_WGMMA;
-  // head dim 128, local-form segments, full rotate-half rotary dims; not yet run on a GPU.
+  // head dim 128, 16-bit, local-form segments, full rotate-half rotary dims.
   bool wgmma = false;
+  // Its query operand: from registers (true) or from shared memory (false); both are measured.
+  bool wgmma_query_in_registers = true;
 };
 
 // Launches the prefill for one layer over a plan uploaded with make_prefill_schedule. The K/V of
@@ -1043,8 +1062,13 @@ inline void prefill(const PrefillArgs& args, const DevicePool& pool, const Devic
               kernel<<<grid, detail::kWgmmaPrefillThreads, kSmem, stream>>>(p);
               LAZYATTN_CUDA_CHECK_LAUNCH();
             };
-            if (args.rope) launch_wgmma(detail::prefill_wgmma_kernel<T, true>);
-            else launch_wgmma(detail::prefill_wgmma_kernel<T, false>);
+            if (args.wgmma_query_in_registers) {
+              if (args.rope) launch_wgmma(detail::prefill_wgmma_kernel<T, true, true>);
+              else launch_wgmma(detail::prefill_wgmma_kernel<T, false, true>);
+            } else {
+              if (args.rope) launch_wgmma(detail::prefill_wgmma_kernel<T, true, false>);
+              else launch_wgmma(detail::prefill_wgmma_kernel<T, false, false>);
+            }
             launched = true;
           }
         }

@@ -30,9 +30,12 @@ template <int N>
 __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }
-// Barrier `id` (1..15; 0 is __syncthreads') over `count` threads, a multiple of 32.
-__device__ __forceinline__ void named_barrier_sync(int id, int count) {
-  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory");
+// Barrier kId (1..15; 0 is __syncthreads') over kCount threads, a multiple of 32. Immediate
+// operands: with a register id, ptxas reserves all 16 barriers for the kernel.
+template <int kId, int kCount>
+__device__ __forceinline__ void named_barrier_sync() {
+  static_assert(kId >= 1 && kId < 16 && kCount % 32 == 0, "named barrier");
+  asm volatile("bar.sync %0, %1;\n" ::"n"(kId), "n"(kCount) : "memory");
 }
 
 __device__ __forceinline__ void ldmatrix_x4(std::uint32_t (&r)[4], std::uint32_t addr) {
