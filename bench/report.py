@@ -110,15 +110,22 @@ def prefill_markdown(rows, meta):
                      f"{fmt(r.get('local_vs_cudnn'))}x | {fmt(r.get('rope_overhead_local'), '{:+.1%}')} / "
                      f"{fmt(r.get('rope_overhead_raw'), '{:+.1%}')} |")
     if any("local_wgmma" in r["ours_tflops"] for r in rows):
-        lines += ["", "Hopper kernel (wgmma, LAZYATTN_EXPERIMENTAL_WGMMA), same call:", "",
-                  "| shape | wgmma local | wgmma RoPE off | wgmma / flash | wgmma / cuDNN | "
-                  "RoPE overhead |", "|---|---|---|---|---|---|"]
+        lines += ["", "Hopper kernel (wgmma, LAZYATTN_EXPERIMENTAL_WGMMA), same call; query operand "
+                  "from registers (regs) or shared memory (smem):", "",
+                  "| shape | local regs | RoPE off regs | local smem | RoPE off smem | "
+                  "local regs / flash | local regs / cuDNN | RoPE overhead regs / smem |",
+                  "|---|---|---|---|---|---|---|---|"]
         for r in rows:
-            tf = r["ours_tflops"]
+            tf, us = r["ours_tflops"], r["ours_us"]
+            smem_over = (us["local_wgmma_smem"] / us["rope_off_wgmma_smem"] - 1.0
+                         if "local_wgmma_smem" in us and "rope_off_wgmma_smem" in us else None)
             lines.append(f"| {r['shape']} | {fmt(tf.get('local_wgmma'), '{:.0f}')} | "
-                         f"{fmt(tf.get('rope_off_wgmma'), '{:.0f}')} | {fmt(r.get('wgmma_vs_flash'))}x | "
-                         f"{fmt(r.get('wgmma_vs_cudnn'))}x | "
-                         f"{fmt(r.get('rope_overhead_wgmma'), '{:+.1%}')} |")
+                         f"{fmt(tf.get('rope_off_wgmma'), '{:.0f}')} | "
+                         f"{fmt(tf.get('local_wgmma_smem'), '{:.0f}')} | "
+                         f"{fmt(tf.get('rope_off_wgmma_smem'), '{:.0f}')} | "
+                         f"{fmt(r.get('wgmma_vs_flash'))}x | {fmt(r.get('wgmma_vs_cudnn'))}x | "
+                         f"{fmt(r.get('rope_overhead_wgmma'), '{:+.1%}')} / "
+                         f"{fmt(smem_over, '{:+.1%}')} |")
     return "\n".join(lines) + "\n"
 
 
@@ -207,36 +214,40 @@ def plot_prefill(rows, path, meta):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--decode", required=True)
+    ap.add_argument("--decode", help="decode benchmark JSON (left out or missing: prefill only)")
     ap.add_argument("--prefill")
     ap.add_argument("--peers", required=True)
     ap.add_argument("--out", required=True)
     ap.add_argument("--commit", default=os.environ.get("LAZYATTN_COMMIT", "unknown"))
     ap.add_argument("--date", default=os.environ.get("LAZYATTN_DATE", "unknown"))
     a = ap.parse_args()
-    ctx, ours = medians(a.decode)
+    ctx, ours = ({}, {})
+    if a.decode and os.path.exists(a.decode):
+        ctx, ours = medians(a.decode)
     with open(a.peers) as f:
         peers = json.load(f)
     meta = {"device": peers.get("device", "unknown"), "commit": a.commit, "date": a.date,
             "torch": peers.get("torch"), "cudnn": peers.get("cudnn"),
             "benchmark_context": ctx}
-    rows = decode_table(ours, peers)
+    rows = decode_table(ours, peers) if ours else []
     prefill_rows = []
     if a.prefill and os.path.exists(a.prefill):
-        _, ours_p = medians(a.prefill)
+        ctx_p, ours_p = medians(a.prefill)
+        meta["benchmark_context"] = meta["benchmark_context"] or ctx_p
         prefill_rows = prefill_table(ours_p, peers)
     os.makedirs(a.out, exist_ok=True)
     with open(os.path.join(a.out, "decode_report.json"), "w") as f:
         json.dump({"meta": meta, "decode": rows, "prefill": prefill_rows, "peers": peers}, f,
                   indent=1)
-    md = markdown(rows, meta)
+    md = markdown(rows, meta) if rows else ""
     if prefill_rows:
-        md += "\n" + prefill_markdown(prefill_rows, meta)
+        md += ("\n" if md else "") + prefill_markdown(prefill_rows, meta)
     with open(os.path.join(a.out, "decode_report.md"), "w") as f:
         f.write(md)
     print(md)
     try:
-        plot(rows, os.path.join(a.out, "decode.png"), meta)
+        if rows:
+            plot(rows, os.path.join(a.out, "decode.png"), meta)
         if prefill_rows:
             plot_prefill(prefill_rows, os.path.join(a.out, "prefill.png"), meta)
     except ImportError as e:

@@ -637,8 +637,9 @@ __global__ void __launch_bounds__(kWgmmaPrefillThreads, 1)
     for (int i = tid; i < coarse_rows * kHalf; i += kThreads)
       dst[i] = rope_cos_sin(delta + 16 * (i / kHalf), s_turns[i % kHalf]);
   };
-  TileInfo ti_cur = stream.info(tile_begin);
-  TileInfo ti_next = stream.info(tile_begin + 1);
+  TileInfo ti_cur = stream.info(tile_begin);       // the tile whose softmax this iteration runs
+  TileInfo ti_next = stream.info(tile_begin + 1);  // the one whose S it issues
+  TileInfo ti_n2 = stream.info(tile_begin + 2);    // the one whose query it builds at its end
   int cs_latest = 0;                      // the buffer holding the newest segment's rows
   std::int64_t cs_delta = delta_of(ti_cur);
   if (kRope) {
@@ -734,9 +735,19 @@ __global__ void __launch_bounds__(kWgmmaPrefillThreads, 1)
     issue_qk(s_cur, 0);
     ptx::wgmma_wait<0>();
     fence_operands(s_cur);
-    if (kRope && tile_begin + 1 < tile_end && delta_of(ti_next) != cs_delta) {
+    // The query of tile_begin + 1 (its S is issued in the first iteration), then the cos/sin
+    // rows of tile_begin + 2 (whose query the first iteration builds at its end).
+    if (kRope && tile_begin + 1 < tile_end && delta_of(ti_next) != q_delta) {
       cs_latest ^= 1;
       cs_delta = delta_of(ti_next);
+      compute_seg(cs_delta, cs_latest);
+      __syncthreads();
+      build_query(cs_latest);
+      q_delta = cs_delta;
+    }
+    if (kRope && tile_begin + 2 < tile_end && delta_of(ti_n2) != cs_delta) {
+      cs_latest ^= 1;  // the other buffer's readers (the first build) passed the barrier above
+      cs_delta = delta_of(ti_n2);
       compute_seg(cs_delta, cs_latest);
     }
   }
@@ -749,7 +760,7 @@ __global__ void __launch_bounds__(kWgmmaPrefillThreads, 1)
     __syncthreads();
     stream.step(tile, it);
     const bool has_next = tile + 1 < tile_end;
-    const TileInfo ti_after = stream.info(tile + 2);
+    const TileInfo ti_n3 = stream.info(tile + 3);
 
     // ---- masks -------------------------------------------------------------------------------
     const TileInfo ti = ti_cur;
@@ -791,14 +802,9 @@ __global__ void __launch_bounds__(kWgmmaPrefillThreads, 1)
       }
     }
 
-    // ---- S(tile + 1), issued before this tile's exponentials -----------------------------------
-    if (has_next) {
-      if (kRope && delta_of(ti_next) != q_delta) {
-        build_query(cs_latest);  // S(tile) was waited for: q_rot is free
-        q_delta = delta_of(ti_next);
-      }
-      issue_qk(s_next, (it + 1) % S);
-    }
+    // ---- S(tile + 1), issued before this tile's exponentials (its query was built at the end
+    // of the previous iteration: no branch splits the overlapped region) ----------------------
+    if (has_next) issue_qk(s_next, (it + 1) % S);
 
     // ---- online softmax, part 2: P = 2^(S - max), row sums ------------------------------------
 #pragma unroll
@@ -835,15 +841,21 @@ __global__ void __launch_bounds__(kWgmmaPrefillThreads, 1)
 
 #pragma unroll
     for (int i = 0; i < 32; ++i) s_cur[i] = s_next[i];
-    ti_cur = ti_next;
-    ti_next = ti_after;
-    // The cos/sin rows S(tile + 2) needs, into the buffer no one reads now (its last reader
-    // passed this iteration's barrier).
-    if (kRope && tile + 2 < tile_end && delta_of(ti_after) != cs_delta) {
+    // The query of tile + 2 (S(tile + 2) is issued next iteration; S(tile + 1) is done), from the
+    // cos/sin rows computed an iteration ago; then the rows of tile + 3, into the buffer no one
+    // reads now (its last reader passed this iteration's barrier).
+    if (kRope && tile + 2 < tile_end && delta_of(ti_n2) != q_delta) {
+      build_query(cs_latest);
+      q_delta = delta_of(ti_n2);
+    }
+    if (kRope && tile + 3 < tile_end && delta_of(ti_n3) != cs_delta) {
       cs_latest ^= 1;
-      cs_delta = delta_of(ti_after);
+      cs_delta = delta_of(ti_n3);
       compute_seg(cs_delta, cs_latest);
     }
+    ti_cur = ti_next;
+    ti_next = ti_n2;
+    ti_n2 = ti_n3;
   }
   ptx::cp_async_wait<0>();
 
