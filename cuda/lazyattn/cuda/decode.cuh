@@ -665,8 +665,8 @@ struct DecodeArgs {
   AttentionParams params;
   bool rope = true;  // false: the RoPE-off baseline (keys and queries pre-rotated by the caller)
   // EXPERIMENTAL: load K/V tiles with the TMA unit (bulk tensor copies, one mbarrier per stage)
-  // instead of 16-byte cp.async. Needs a build with LAZYATTN_EXPERIMENTAL_TMA defined; written,
-  // compiled for sm_90a, not yet run on a GPU.
+  // instead of 16-byte cp.async. Needs a build with LAZYATTN_EXPERIMENTAL_TMA defined; passes the
+  // decode tests on the H200 but reads 5-10% slower at batch >= 16 (docs/performance.md).
   bool tma = false;
 };
 

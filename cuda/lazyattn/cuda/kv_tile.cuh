@@ -133,8 +133,8 @@ struct TileStream {
 };
 
 
-// EXPERIMENTAL (branch decode-tma, not run on a GPU yet): the same ring of S stages loaded by the
-// TMA unit. Each stage's K and V tiles are [D / 64][kTileKeys][64] (blocked_swizzle), at 1024-byte
+// EXPERIMENTAL (LAZYATTN_EXPERIMENTAL_TMA; tested on the H200, slower than cp.async): the same
+// ring of S stages loaded by the TMA unit. Each stage's K and V tiles are [D / 64][kTileKeys][64] (blocked_swizzle), at 1024-byte
 // boundaries; one mbarrier per stage counts the stage's bytes. Warp 0 issues: lane i owns box i
 // of a tile (keys i * box_rows ...), fetches its page id a tile ahead, and issues its K and V
 // boxes; lane 0 announces the tile's bytes first. Boxes past a tile's keys are not issued, so

@@ -2,8 +2,8 @@
 // pool (rows of head_dim elements, 128-byte swizzle, boxes of up to 64 rows by 64 elements), and
 // the PTX the kernels use with it: mbarrier init / expect-tx / parity wait and the bulk tensor copy.
 //
-// EXPERIMENTAL (branch decode-tma): the decode kernel's TMA loader (DecodeArgs::tma) is written
-// and compiles for sm_90a but has not run on a GPU yet.
+// EXPERIMENTAL (LAZYATTN_EXPERIMENTAL_TMA): the decode kernel's TMA loader (DecodeArgs::tma)
+// passes the decode tests on the H200 but reads slower than the cp.async ring (docs/performance.md).
 //
 // Shared-memory layout of a tile loaded through these maps: [head_dim / 64][rows][64] elements,
 // each 128-byte row's 16-byte chunks permuted by chunk ^ (row % 8) (the hardware's 128-byte
