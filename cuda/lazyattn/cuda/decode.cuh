@@ -213,36 +213,42 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
   const std::uint8_t kRawForm = static_cast<std::uint8_t>(StorageForm::kRaw);
 
   // The rotated, scaled 16-bit query of the group (rows >= G zero), for one rotation `delta`.
-  // Rotate-half over all D dims (Llama, Qwen, Mistral): each thread takes 8 dims d..d+7 of one
-  // row and their partners d + D/2.., as two 16-byte loads issued before the angles are computed
-  // (one memory latency, under the sines); other layouts, and D = 256 (whose registers are
+  // Rotate-half over all D dims (Llama, Qwen, Mistral), D <= 128: each thread holds 8 dims
+  // d..d+7 of one row and their partners d + D/2.. in registers from its first build on (two
+  // 16-byte loads, issued before the first angles are computed), and a later rebuild finds the
+  // angles already in cs_query (precompute_angles, a tile ahead): one barrier, no memory
+  // latency, no sines on the boundary tile. Other layouts, and D = 256 (whose registers are
   // full), go element by element.
-  const bool full_half = !interleaved && rotary == D;
+  constexpr int kPairChunks = kRows * (D / 16);  // (row, 8 first-half dims) units
+  constexpr int kPer = (kPairChunks + kDecodeThreads - 1) / kDecodeThreads;
+  const bool fast_query = kRope && kPer == 1 && !interleaved && rotary == D;
+  uint4 q_x = make_uint4(0, 0, 0, 0), q_y = q_x;  // this thread's raw query chunk (fast path)
+  bool q_loaded = false;
+  std::int64_t cs_ready = 0;  // the rotation cs_query holds, when cs_valid
+  bool cs_valid = false;
+  auto precompute_angles = [&](std::int64_t delta) {
+    for (int j = tid; j < rot_half; j += kDecodeThreads) cs_query[j] = rope_cos_sin(delta, turns[j]);
+    cs_ready = delta;
+    cs_valid = true;
+  };
   auto build_query = [&](std::int64_t delta) {
-    constexpr int kPairChunks = kRows * (D / 16);  // (row, 8 first-half dims) units
-    constexpr int kPer = (kPairChunks + kDecodeThreads - 1) / kDecodeThreads;
-    if (kRope && kPer == 1 && full_half) {
-      uint4 xs[kPer], ys[kPer];
-#pragma unroll
-      for (int k = 0; k < kPer; ++k) {
-        const int u = tid + k * kDecodeThreads;
-        const int row = u / (D / 16), d = (u % (D / 16)) * 8;
-        xs[k] = ys[k] = make_uint4(0, 0, 0, 0);
-        if (u < kPairChunks && row < G) {
-          xs[k] = *reinterpret_cast<const uint4*>(q_src + row * D + d);
-          ys[k] = *reinterpret_cast<const uint4*>(q_src + row * D + d + D / 2);
+    if (fast_query) {
+      const int row = tid / (D / 16), d = (tid % (D / 16)) * 8;
+      if (!q_loaded) {
+        if (tid < kPairChunks && row < G) {
+          q_x = *reinterpret_cast<const uint4*>(q_src + row * D + d);
+          q_y = *reinterpret_cast<const uint4*>(q_src + row * D + d + D / 2);
         }
+        q_loaded = true;
       }
-      for (int j = tid; j < rot_half; j += kDecodeThreads) cs_query[j] = rope_cos_sin(delta, turns[j]);
-      __syncthreads();
+      if (!cs_valid || cs_ready != delta) {
+        precompute_angles(delta);
+        __syncthreads();
+      }
       const float scale = p.rope.query_scale * p.sm_scale_log2;
-#pragma unroll
-      for (int k = 0; k < kPer; ++k) {
-        const int u = tid + k * kDecodeThreads;
-        if (u >= kPairChunks) break;
-        const int row = u / (D / 16), d = (u % (D / 16)) * 8;
-        const std::uint32_t* xw = reinterpret_cast<const std::uint32_t*>(&xs[k]);
-        const std::uint32_t* yw = reinterpret_cast<const std::uint32_t*>(&ys[k]);
+      if (tid < kPairChunks) {
+        const std::uint32_t* xw = reinterpret_cast<const std::uint32_t*>(&q_x);
+        const std::uint32_t* yw = reinterpret_cast<const std::uint32_t*>(&q_y);
         uint4 xo, yo;
         std::uint32_t* xow = reinterpret_cast<std::uint32_t*>(&xo);
         std::uint32_t* yow = reinterpret_cast<std::uint32_t*>(&yo);
@@ -333,6 +339,13 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
     if (kRope && delta != q_delta) {
       build_query(delta);
       q_delta = delta;
+    }
+    // The next tile's rotation, if it changes, a tile ahead (cs_query is dead once the query is
+    // built; the next iteration's first barrier publishes it).
+    if (fast_query && tile + 1 < tile_end) {
+      const std::int64_t next_delta = cur.form == kRawForm ? m_pos : m_pos - cur.seg_start;
+      if (next_delta != q_delta && (!cs_valid || cs_ready != next_delta))
+        precompute_angles(next_delta);
     }
 
     // ---- raw form: base angles of this tile (normally computed one tile ahead) ----------------
