@@ -506,17 +506,19 @@ __global__ void __launch_bounds__(PrefillShape<D>::kThreads, PrefillShape<D>::kM
 
 #ifdef LAZYATTN_EXPERIMENTAL_WGMMA
 // EXPERIMENTAL (LAZYATTN_EXPERIMENTAL_WGMMA): the same prefill on Hopper's warpgroup MMA, head
-// dim 128, 16-bit, local form with full rotate-half rotary dims (the launcher sends anything else
-// to prefill_kernel). Two warpgroups own 64 query rows each of the CTA's 128.
+// dim 128, 16-bit, local form with full rotate-half rotary dims (the launcher rejects anything
+// else, naming it). Two warpgroups own 64 query rows each of the CTA's 128.
 //  - K/V: a ring of kWgmmaStages tiles loaded by cp.async (all threads) in the blocked
 //    128-byte-swizzle layout wgmma's descriptors read, issued three tiles ahead; one CTA barrier
 //    per tile.
-//  - Query: the raw tile stays in shared memory; at a segment change each warpgroup writes its
-//    64 rotated, scaled rows into a second tile (the A operand of S = Q K^T, from shared memory)
-//    and syncs itself alone. The cos/sin rows of the next segment are computed a tile ahead into
-//    one of two buffers.
-//  - Overlap inside a warpgroup: S(j+1) = Q K(j+1)^T is issued before the softmax of tile j, so
-//    the tensor cores work while the exponentials run; then O += P(j) V(j) (P from registers).
+//  - Query: the raw tile stays in shared memory; for each segment every thread rotates its own
+//    A fragments into registers (kQRegs) or each warpgroup writes its 64 rotated, scaled rows
+//    into a second shared tile and syncs itself alone. A segment's query is built at the end of
+//    the iteration before its first S (after the MMA waits), from cos/sin rows computed a tile
+//    earlier into one of two buffers.
+//  - Overlap inside a warpgroup: S(j+1) = Q K(j+1)^T is issued before the exponentials of tile
+//    j, so the tensor cores work while they run; then O += P(j) V(j) (P from registers).
+//  Measured on the H200: docs/performance.md ("the Hopper kernel").
 inline constexpr int kWgmmaPrefillThreads = 256;
 inline constexpr int kWgmmaStages = 4;
 struct WgmmaPrefillShape {
