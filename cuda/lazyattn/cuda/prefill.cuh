@@ -806,13 +806,10 @@ __global__ void __launch_bounds__(kWgmmaPrefillThreads, 1)
 
     // ---- S(tile + 1), issued before this tile's exponentials (its query was built at the end
     // of the previous iteration: no branch splits the overlapped region) ----------------------
-    // The fences pin the order ptxas would otherwise choose freely: O's rescale before the
-    // issue (an ordinary write to an accumulator of the group in flight serialises wgmma), the
-    // exponentials after it (the RoPE build once got them all hoisted above the issue: no
-    // overlap, seen in its SASS).
-    fence_operands(o);
+    // Known problem: in the RoPE build (only) ptxas schedules this tile's 32 exponentials above
+    // this issue, so they do not overlap S(tile + 1) (seen in the SASS; empty-asm operand fences
+    // around the issue did not change that). bench/results/2026-11-29-h200-34fb317-prefill/.
     if (has_next) issue_qk(s_next, (it + 1) % S);
-    fence_operands(s_cur);
 
     // ---- online softmax, part 2: P = 2^(S - max), row sums ------------------------------------
 #pragma unroll
