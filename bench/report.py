@@ -63,6 +63,18 @@ def decode_table(ours, peers):
     return out
 
 
+def peer_ratios(r, tf, us, mode, label, rope_off):
+    """r[label_vs_flash], r[label_vs_cudnn] and r[rope_overhead_label] of benchmark mode `mode`
+    (its RoPE-off twin: `rope_off`), where the figures exist."""
+    if mode not in tf:
+        return
+    for peer in ("flash", "cudnn"):
+        if r[f"{peer}_tflops"]:
+            r[f"{label}_vs_{peer}"] = tf[mode] / r[f"{peer}_tflops"]
+    if rope_off in us:
+        r[f"rope_overhead_{label}"] = us[mode] / us[rope_off] - 1.0
+
+
 def prefill_table(ours, peers):
     peer = {r["name"]: r for r in peers["rows"] if r["kind"] == "prefill"}
     shapes = {}
@@ -77,22 +89,12 @@ def prefill_table(ours, peers):
         p = peer.get(shape, {})
         r = {"shape": shape, "ours_tflops": tf, "ours_us": us,
              "flash_tflops": p.get("flash_tflops"), "cudnn_tflops": p.get("cudnn_tflops")}
-        if "local" in tf:
-            if r["flash_tflops"]:
-                r["local_vs_flash"] = tf["local"] / r["flash_tflops"]
-            if r["cudnn_tflops"]:
-                r["local_vs_cudnn"] = tf["local"] / r["cudnn_tflops"]
-            if "rope_off" in us:
-                r["rope_overhead_local"] = us["local"] / us["rope_off"] - 1.0
-                if "raw" in us:
-                    r["rope_overhead_raw"] = us["raw"] / us["rope_off"] - 1.0
-        if "local_wgmma" in tf:  # the Hopper kernel (builds with LAZYATTN_EXPERIMENTAL_WGMMA)
-            if r["flash_tflops"]:
-                r["wgmma_vs_flash"] = tf["local_wgmma"] / r["flash_tflops"]
-            if r["cudnn_tflops"]:
-                r["wgmma_vs_cudnn"] = tf["local_wgmma"] / r["cudnn_tflops"]
-            if "rope_off_wgmma" in us:
-                r["rope_overhead_wgmma"] = us["local_wgmma"] / us["rope_off_wgmma"] - 1.0
+        peer_ratios(r, tf, us, "local", "local", "rope_off")
+        if "raw" in us and "rope_off" in us:
+            r["rope_overhead_raw"] = us["raw"] / us["rope_off"] - 1.0
+        # The Hopper kernel (builds with LAZYATTN_EXPERIMENTAL_WGMMA), both query operands.
+        peer_ratios(r, tf, us, "local_wgmma", "wgmma", "rope_off_wgmma")
+        peer_ratios(r, tf, us, "local_wgmma_smem", "wgmma_smem", "rope_off_wgmma_smem")
         out.append(r)
     return out
 
@@ -116,16 +118,14 @@ def prefill_markdown(rows, meta):
                   "local regs / flash | local regs / cuDNN | RoPE overhead regs / smem |",
                   "|---|---|---|---|---|---|---|---|"]
         for r in rows:
-            tf, us = r["ours_tflops"], r["ours_us"]
-            smem_over = (us["local_wgmma_smem"] / us["rope_off_wgmma_smem"] - 1.0
-                         if "local_wgmma_smem" in us and "rope_off_wgmma_smem" in us else None)
+            tf = r["ours_tflops"]
             lines.append(f"| {r['shape']} | {fmt(tf.get('local_wgmma'), '{:.0f}')} | "
                          f"{fmt(tf.get('rope_off_wgmma'), '{:.0f}')} | "
                          f"{fmt(tf.get('local_wgmma_smem'), '{:.0f}')} | "
                          f"{fmt(tf.get('rope_off_wgmma_smem'), '{:.0f}')} | "
                          f"{fmt(r.get('wgmma_vs_flash'))}x | {fmt(r.get('wgmma_vs_cudnn'))}x | "
                          f"{fmt(r.get('rope_overhead_wgmma'), '{:+.1%}')} / "
-                         f"{fmt(smem_over, '{:+.1%}')} |")
+                         f"{fmt(r.get('rope_overhead_wgmma_smem'), '{:+.1%}')} |")
     return "\n".join(lines) + "\n"
 
 
