@@ -160,17 +160,7 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
           stage_base,
           ptx::smem_addr(smem + Shape::kBarOffset)};
     } else {
-      return TileStream<T, D, kDecodeThreads, S>{
-          p.sched.tiles,
-          p.plan.page_ids,
-          static_cast<const T*>(p.k_pool) + kv_head * p.head_stride,
-          static_cast<const T*>(p.v_pool) + kv_head * p.head_stride,
-          p.page_stride,
-          p.page_size_log2,
-          tile_end,
-          tid % TileStream<T, D, kDecodeThreads, S>::kChunks,
-          tid / TileStream<T, D, kDecodeThreads, S>::kChunks,
-          stage_base};
+      return TileStream<T, D, kDecodeThreads, S>::for_head(p, kv_head, tile_end, tid, stage_base);
     }
   };
   auto stream = make_stream();
@@ -278,20 +268,9 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
           if (!kRope || d >= rotary) {
             v = ptx::to_f32(qr[d]);
           } else {
-            int j, partner;
-            bool first;
-            if (interleaved) {
-              j = d >> 1;
-              first = (d & 1) == 0;
-              partner = first ? d + 1 : d - 1;
-            } else {
-              first = d < rot_half;
-              j = first ? d : d - rot_half;
-              partner = first ? d + rot_half : d - rot_half;
-            }
-            float x = ptx::to_f32(qr[d]), y = ptx::to_f32(qr[partner]);
-            float2 c = cs_query[j];
-            v = (first ? x * c.x - y * c.y : x * c.x + y * c.y) * p.rope.query_scale;
+            const RotaryPair rp = rotary_pair(d, rot_half, interleaved);
+            const float x = ptx::to_f32(qr[d]), y = ptx::to_f32(qr[rp.partner]);
+            v = rotate_element(x, y, cs_query[rp.j], rp.first) * p.rope.query_scale;
           }
         }
         q_rot[swizzle<D>(row, d >> 3) + (d & 7)] = ptx::from_f32<T>(v * p.sm_scale_log2);

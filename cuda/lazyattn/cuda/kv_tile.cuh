@@ -57,6 +57,23 @@ struct TileStream {
   TileInfo ahead_info;  // the one after it
   int issue_pages[kRowsPerThread];
 
+  // The stream of KV head `kv_head`'s tiles as thread `tid` loads them, from a kernel's
+  // parameters (DecodeParams, PrefillParams: the schedule's tiles, the plan's page ids, the pool).
+  template <class Params>
+  __device__ static TileStream for_head(const Params& p, int kv_head, int tile_end, int tid,
+                                        T* stages) {
+    return TileStream{p.sched.tiles,
+                      p.plan.page_ids,
+                      static_cast<const T*>(p.k_pool) + kv_head * p.head_stride,
+                      static_cast<const T*>(p.v_pool) + kv_head * p.head_stride,
+                      p.page_stride,
+                      p.page_size_log2,
+                      tile_end,
+                      tid % kChunks,
+                      tid / kChunks,
+                      stages};
+  }
+
   __device__ T* k_stage(int stage) const { return stages + stage * 2 * kTileElems; }
   __device__ T* v_stage(int stage) const { return k_stage(stage) + kTileElems; }
 

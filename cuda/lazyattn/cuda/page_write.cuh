@@ -83,21 +83,11 @@ __global__ void page_write_kernel(const __grid_constant__ PageWriteParams p) {
       continue;
     }
     // This thread writes dimension d; its pair partner and pair index follow the layout.
-    int j, partner;
-    bool first;
-    if (p.rope.interleaved) {
-      j = d >> 1;
-      first = (d & 1) == 0;
-      partner = first ? d + 1 : d - 1;
-    } else {
-      first = d < r / 2;
-      j = first ? d : d - r / 2;
-      partner = first ? d + r / 2 : d - r / 2;
-    }
-    float2 cs = rope_cos_sin(p.maybe_rotate_position[tok], p.rope.turns[j]);
+    const RotaryPair rp = rotary_pair(d, r / 2, p.rope.interleaved);
+    float2 cs = rope_cos_sin(p.maybe_rotate_position[tok], p.rope.turns[rp.j]);
     float x = ptx::to_f32(k_in[h * D + d]);
-    float y = ptx::to_f32(k_in[h * D + partner]);
-    float out = first ? x * cs.x - y * cs.y : x * cs.x + y * cs.y;
+    float y = ptx::to_f32(k_in[h * D + rp.partner]);
+    float out = rotate_element(x, y, cs, rp.first);
     k_out[h * p.head_stride + d] = ptx::from_f32<T>(out);
   }
 }

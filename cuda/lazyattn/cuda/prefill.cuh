@@ -264,16 +264,7 @@ __global__ void __launch_bounds__(PrefillShape<D>::kThreads, PrefillShape<D>::kM
   }
 
   using Stream = TileStream<T, D, kThreads, 1>;
-  Stream stream{p.sched.tiles,
-                p.plan.page_ids,
-                static_cast<const T*>(p.k_pool) + kv_head * p.head_stride,
-                static_cast<const T*>(p.v_pool) + kv_head * p.head_stride,
-                p.page_stride,
-                p.page_size_log2,
-                tile_end,
-                tid % Stream::kChunks,
-                tid / Stream::kChunks,
-                nullptr};
+  Stream stream = Stream::for_head(p, kv_head, tile_end, tid, nullptr);
   stream.prefetch_records(tile_begin, tid);
   TileInfo cur = stream.info(tile_begin);
   int pages[Stream::kRowsPerThread];
@@ -618,16 +609,8 @@ __global__ void __launch_bounds__(kWgmmaPrefillThreads, 1)
   }
 
   using Stream = TileStream<T, D, kThreads, S, true>;
-  Stream stream{p.sched.tiles,
-                p.plan.page_ids,
-                static_cast<const T*>(p.k_pool) + kv_head * p.head_stride,
-                static_cast<const T*>(p.v_pool) + kv_head * p.head_stride,
-                p.page_stride,
-                p.page_size_log2,
-                tile_end,
-                tid % Stream::kChunks,
-                tid / Stream::kChunks,
-                reinterpret_cast<T*>(smem + Shape::kStages)};
+  Stream stream = Stream::for_head(p, kv_head, tile_end, tid,
+                                   reinterpret_cast<T*>(smem + Shape::kStages));
   stream.prefetch_records(tile_begin, tid);
   stream.start(tile_begin);  // tiles begin .. begin + S - 2, one group each
 

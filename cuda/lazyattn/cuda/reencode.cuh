@@ -94,20 +94,10 @@ __global__ void reencode_kernel(const __grid_constant__ ReencodeParams p) {
       kp[dst + d] = kp[src + d];
       continue;
     }
-    int j, partner;
-    bool first;
-    if (p.rope.interleaved) {
-      j = d >> 1;
-      first = (d & 1) == 0;
-      partner = first ? d + 1 : d - 1;
-    } else {
-      first = d < half;
-      j = first ? d : d - half;
-      partner = first ? d + half : d - half;
-    }
-    float2 c = cs[t * half + j];
-    float x = ptx::to_f32(kp[src + d]), y = ptx::to_f32(kp[src + partner]);
-    kp[dst + d] = ptx::from_f32<T>(first ? x * c.x - y * c.y : x * c.x + y * c.y);
+    const RotaryPair rp = rotary_pair(d, half, p.rope.interleaved);
+    const float2 c = cs[t * half + rp.j];
+    const float x = ptx::to_f32(kp[src + d]), y = ptx::to_f32(kp[src + rp.partner]);
+    kp[dst + d] = ptx::from_f32<T>(rotate_element(x, y, c, rp.first));
   }
 }
 
@@ -143,21 +133,9 @@ __global__ void rotate_queries_kernel(const __grid_constant__ RotateQueriesParam
         dst[i] = src[i];
         continue;
       }
-      int j, partner;
-      bool first;
-      if (p.rope.interleaved) {
-        j = d >> 1;
-        first = (d & 1) == 0;
-        partner = first ? d + 1 : d - 1;
-      } else {
-        first = d < half;
-        j = first ? d : d - half;
-        partner = first ? d + half : d - half;
-      }
-      float x = ptx::to_f32(src[base + d]), y = ptx::to_f32(src[base + partner]);
-      float2 c = qcs[j];
-      dst[i] = ptx::from_f32<T>((first ? x * c.x - y * c.y : x * c.x + y * c.y) *
-                                p.rope.query_scale);
+      const RotaryPair rp = rotary_pair(d, half, p.rope.interleaved);
+      const float x = ptx::to_f32(src[base + d]), y = ptx::to_f32(src[base + rp.partner]);
+      dst[i] = ptx::from_f32<T>(rotate_element(x, y, qcs[rp.j], rp.first) * p.rope.query_scale);
     }
   }
 }

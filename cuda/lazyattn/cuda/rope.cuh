@@ -20,6 +20,34 @@ __device__ __forceinline__ float2 rope_cos_sin(std::int64_t position, std::uint6
   return make_float2(c, s);
 }
 
+// Where rotary dimension d (< rotary_dim) sits in its pair: the pair index j (the frequency), the
+// partner dimension, and whether d is the pair's first member. Interleaved (GPT-J) pairs are
+// (2j, 2j + 1); rotate-half (Llama, NeoX) pairs are (j, j + half), half = rotary_dim / 2.
+struct RotaryPair {
+  int j;
+  int partner;
+  bool first;
+};
+__device__ __forceinline__ RotaryPair rotary_pair(int d, int half, bool interleaved) {
+  int j, partner;
+  bool first;
+  if (interleaved) {
+    j = d >> 1;
+    first = (d & 1) == 0;
+    partner = first ? d + 1 : d - 1;
+  } else {
+    first = d < half;
+    j = first ? d : d - half;
+    partner = first ? d + half : d - half;
+  }
+  return {j, partner, first};
+}
+
+// One element of a rotated pair: x is the element, y its partner, cs the pair's (cos, sin).
+__device__ __forceinline__ float rotate_element(float x, float y, float2 cs, bool first) {
+  return first ? x * cs.x - y * cs.y : x * cs.x + y * cs.y;
+}
+
 // Rotates a pair (x, y) in place by (cos, sin).
 __device__ __forceinline__ void rotate_pair(float& x, float& y, float2 cs) {
   float nx = x * cs.x - y * cs.y;
