@@ -744,7 +744,6 @@ __global__ void __launch_bounds__(kWgmmaPrefillThreads, 1)
     ptx::fence_proxy_async_smem();
     __syncthreads();
     stream.step(tile, it);
-    const bool has_next = tile + 1 < tile_end;
     const TileInfo ti_n3 = stream.info(tile + 3);
 
     // ---- masks -------------------------------------------------------------------------------
@@ -789,10 +788,12 @@ __global__ void __launch_bounds__(kWgmmaPrefillThreads, 1)
 
     // ---- S(tile + 1), issued before this tile's exponentials (its query was built at the end
     // of the previous iteration: no branch splits the overlapped region) ----------------------
-    // Known problem: in the RoPE build (only) ptxas schedules this tile's 32 exponentials above
-    // this issue, so they do not overlap S(tile + 1) (seen in the SASS; empty-asm operand fences
-    // around the issue did not change that). bench/results/2026-11-29-h200-34fb317-prefill/.
-    if (has_next) issue_qk(s_next, (it + 1) % S);
+    // Issued on the last tile too (into the stage tile + 1 would use, which holds landed, stale
+    // data; the scores are dropped): with the issue under `if (has_next)`, ptxas hoisted this
+    // tile's 32 exponentials above the branch in the RoPE build, so they did not overlap
+    // S(tile + 1) (bench/results/2026-11-29-h200-34fb317-prefill/). One basic block keeps the
+    // order as written, as in the RoPE-off build. UNTESTED: check the SASS first.
+    issue_qk(s_next, (it + 1) % S);
 
     // ---- online softmax, part 2: P = 2^(S - max), row sums ------------------------------------
 #pragma unroll
