@@ -2,7 +2,7 @@
 """Times the peers of docs/performance.md on the H200: PyTorch SDPA (flash and cuDNN backends) on
 contiguous, pre-rotated K/V, and a large device copy for the bandwidth ceiling. Writes JSON.
 
-    python3 bench/peers/sdpa_peers.py OUT.json [--quick]
+    python3 bench/peers/sdpa_peers.py OUT.json [--quick] [--prefill-only]
 
 Decode shapes (Llama-3-8B attention: 32 query heads, 8 KV heads, head dim 128, bf16) are timed as
 SDPA sees GQA decode best: the 4 query heads of a group become 4 query rows against their one KV
@@ -113,13 +113,15 @@ def copy_case(quick):
 
 def main():
     quick = "--quick" in sys.argv
+    prefill_only = "--prefill-only" in sys.argv  # no copy, no decode shapes
     torch.manual_seed(0)
     props = torch.cuda.get_device_properties(0)
     out = {"device": props.name, "sms": props.multi_processor_count, "torch": torch.__version__,
            "cudnn": torch.backends.cudnn.version(), "rows": []}
-    out["rows"].append(copy_case(quick))
-    for b, l in ((1, 32768), (16, 16384), (64, 4096), (128, 8192), (64, 10272), (1, 10272)):
-        out["rows"].append(decode_case(b, l, quick))
+    if not prefill_only:
+        out["rows"].append(copy_case(quick))
+        for b, l in ((1, 32768), (16, 16384), (64, 4096), (128, 8192), (64, 10272), (1, 10272)):
+            out["rows"].append(decode_case(b, l, quick))
     out["rows"].append(prefill_case("rag_tail", 512, 16 * 512 + 512, False, quick))
     out["rows"].append(prefill_case("encode_4096", 4096, 4096, True, quick))
     out["rows"].append(prefill_case("encode_16384", 16384, 16384, True, quick))
