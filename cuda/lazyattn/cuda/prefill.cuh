@@ -608,11 +608,14 @@ __global__ void __launch_bounds__(kWgmmaPrefillThreads, 1)
     }
   }
 
-  using Stream = TileStream<T, D, kThreads, S, true>;
+  // K/V ring: tile j's iteration reads K(j) and V(j - 1) (P(j - 1) V(j - 1) runs under tile j's
+  // softmax), so tile j + 2 goes into the stage tile j - 2 left.
+  constexpr int kLead = S - 2;
+  using Stream = TileStream<T, D, kThreads, S, true, kLead>;
   Stream stream = Stream::for_head(p, kv_head, tile_end, tid,
                                    reinterpret_cast<T*>(smem + Shape::kStages));
   stream.prefetch_records(tile_begin, tid);
-  stream.start(tile_begin);  // tiles begin .. begin + S - 2, one group each
+  stream.start(tile_begin);  // tiles begin .. begin + kLead - 1, one group each
 
   auto delta_of = [&](const TileInfo& ti) { return kRope ? m_first - ti.seg_start : m_first; };
   const int coarse_rows = (kPrefillRows / G + 15) / 16;
@@ -622,16 +625,21 @@ __global__ void __launch_bounds__(kWgmmaPrefillThreads, 1)
     for (int i = tid; i < coarse_rows * kHalf; i += kThreads)
       dst[i] = rope_cos_sin(delta + 16 * (i / kHalf), s_turns[i % kHalf]);
   };
-  TileInfo ti_cur = stream.info(tile_begin);       // the tile whose softmax this iteration runs
-  TileInfo ti_next = stream.info(tile_begin + 1);  // the one whose S it issues
-  TileInfo ti_n2 = stream.info(tile_begin + 2);    // the one whose query it builds at its end
-  int cs_latest = 0;                      // the buffer holding the newest segment's rows
+  TileInfo ti_cur = stream.info(tile_begin);       // the tile this iteration computes
+  TileInfo ti_next = stream.info(tile_begin + 1);  // the one whose query it builds at its end
+  int cs_latest = 0;                               // the buffer holding the newest rows
   std::int64_t cs_delta = delta_of(ti_cur);
+  std::int64_t q_delta = cs_delta;
   if (kRope) {
     for (int i = tid; i < 16 * kHalf; i += kThreads) cs_off[i] = offset_cs[i];
     for (int j = tid; j < kHalf; j += kThreads) s_turns[j] = turns[j];
     __syncthreads();
     compute_seg(cs_delta, 0);
+    if (tile_begin + 1 < tile_end && delta_of(ti_next) != cs_delta) {
+      cs_latest = 1;
+      cs_delta = delta_of(ti_next);
+      compute_seg(cs_delta, 1);
+    }
   }
 
   // Writes this warpgroup's 64 rotated, scaled query rows (cos/sin from buffer `buf`) into q_rot
@@ -707,47 +715,25 @@ __global__ void __launch_bounds__(kWgmmaPrefillThreads, 1)
 #pragma unroll
   for (int i = 0; i < D / 2; ++i) o[i] = 0.0f;
   float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.0f, 0.0f};
-  float s_cur[32], s_next[32] = {};
-  std::int64_t q_delta = 0;
+  float s[32];
+  std::uint32_t pa[4][4];  // P of the previous tile, wgmma's A operand for O += P V
 
-  if (tile_begin < tile_end) {
-    // ---- prologue: tile_begin's K (and the raw query) landed; its query; S(tile_begin) -------
-    ptx::cp_async_wait<S - 2>();
-    ptx::fence_proxy_async_smem();
-    __syncthreads();
-    build_query(cs_latest);
-    q_delta = cs_delta;
-    issue_qk(s_cur, 0);
-    ptx::wgmma_wait<0>();
-    fence_operands(s_cur);
-    // The query of tile_begin + 1 (its S is issued in the first iteration), then the cos/sin
-    // rows of tile_begin + 2 (whose query the first iteration builds at its end).
-    if (kRope && tile_begin + 1 < tile_end && delta_of(ti_next) != q_delta) {
-      cs_latest ^= 1;
-      cs_delta = delta_of(ti_next);
-      compute_seg(cs_delta, cs_latest);
-      __syncthreads();
-      build_query(cs_latest);
-      q_delta = cs_delta;
+  // O += P V for the tile in ring stage `stage` (issued, not waited for).
+  auto issue_pv = [&](int stage) {
+    const std::uint32_t v_addr = ptx::smem_addr(stream.v_stage(stage));
+    fence_operands(o);
+    ptx::wgmma_fence();
+#pragma unroll
+    for (int kv = 0; kv < 4; ++kv) {
+      const std::uint64_t dv = ptx::wgmma_desc(v_addr + kv * 16 * 128, kTileKeys * 128, 1024);
+      ptx::wgmma_rs_m64n128k16<T, true>(o, pa[kv], dv, 1);
     }
-    if (kRope && tile_begin + 2 < tile_end && delta_of(ti_n2) != cs_delta) {
-      cs_latest ^= 1;  // the other buffer's readers (the first build) passed the barrier above
-      cs_delta = delta_of(ti_n2);
-      compute_seg(cs_delta, cs_latest);
-    }
-  }
+    ptx::wgmma_commit();
+  };
 
-  for (int tile = tile_begin, it = 0; tile < tile_end; ++tile, ++it) {
-    // Tile + 1 landed (tile + 2 may be in flight); everyone is past tile - 1, whose stage takes
-    // tile + 3.
-    ptx::cp_async_wait<S - 3>();
-    ptx::fence_proxy_async_smem();
-    __syncthreads();
-    stream.step(tile, it);
-    const TileInfo ti_n3 = stream.info(tile + 3);
-
-    // ---- masks -------------------------------------------------------------------------------
-    const TileInfo ti = ti_cur;
+  // Masks S for tile `ti` (keys past its rows; the tail's causal bound), takes the new row maxima
+  // and turns S into P = 2^(S - max) with the row sums; returns the factors that rescale O.
+  auto softmax = [&](const TileInfo& ti, float (&scale)[2]) {
     const bool tail_mask = ti.is_tail && ti.key0 + ti.rows - 1 > causal_offset + i_first;
     if (ti.rows < kTileKeys || tail_mask) {
 #pragma unroll
@@ -759,92 +745,102 @@ __global__ void __launch_bounds__(kWgmmaPrefillThreads, 1)
           if (tail_mask)
             hidden = hidden ||
                      ti.key0 + key > causal_offset + i_first + (row_a + 8 * (e >> 1)) / G;
-          if (hidden) s_cur[4 * n + e] = -INFINITY;
+          if (hidden) s[4 * n + e] = -INFINITY;
         }
     }
-
-    // ---- online softmax, part 1: row maxima, O rescaled (before S(tile + 1) is issued: ptxas
-    // serialises wgmma when ordinary instructions touch an accumulator of the group in flight)
-    float m_use[2];
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       float mx = -INFINITY;
 #pragma unroll
-      for (int n = 0; n < 8; ++n)
-        mx = fmaxf(mx, fmaxf(s_cur[4 * n + 2 * h], s_cur[4 * n + 2 * h + 1]));
+      for (int n = 0; n < 8; ++n) mx = fmaxf(mx, fmaxf(s[4 * n + 2 * h], s[4 * n + 2 * h + 1]));
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
       const float m_new = fmaxf(row_max[h], mx);
-      m_use[h] = m_new == -INFINITY ? 0.0f : m_new;
-      const float scale = ptx::exp2_approx(row_max[h] - m_use[h]);
+      const float m_use = m_new == -INFINITY ? 0.0f : m_new;
+      scale[h] = ptx::exp2_approx(row_max[h] - m_use);
       row_max[h] = m_new;
-      row_sum[h] *= scale;
-#pragma unroll
-      for (int n = 0; n < D / 8; ++n) {
-        o[4 * n + 2 * h] *= scale;
-        o[4 * n + 2 * h + 1] *= scale;
-      }
-    }
-
-    // ---- S(tile + 1), issued before this tile's exponentials (its query was built at the end
-    // of the previous iteration: no branch splits the overlapped region) ----------------------
-    // Issued on the last tile too (into the stage tile + 1 would use, which holds landed, stale
-    // data; the scores are dropped): with the issue under `if (has_next)`, ptxas hoisted this
-    // tile's 32 exponentials above the branch in the RoPE build, so they did not overlap
-    // S(tile + 1) (bench/results/2026-11-29-h200-34fb317-prefill/). One basic block keeps the
-    // order as written, as in the RoPE-off build. UNTESTED: check the SASS first.
-    issue_qk(s_next, (it + 1) % S);
-
-    // ---- online softmax, part 2: P = 2^(S - max), row sums ------------------------------------
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
       float sum = 0.0f;
 #pragma unroll
       for (int n = 0; n < 8; ++n) {
-        s_cur[4 * n + 2 * h] = ptx::exp2_approx(s_cur[4 * n + 2 * h] - m_use[h]);
-        s_cur[4 * n + 2 * h + 1] = ptx::exp2_approx(s_cur[4 * n + 2 * h + 1] - m_use[h]);
-        sum += s_cur[4 * n + 2 * h] + s_cur[4 * n + 2 * h + 1];
+        s[4 * n + 2 * h] = ptx::exp2_approx(s[4 * n + 2 * h] - m_use);
+        s[4 * n + 2 * h + 1] = ptx::exp2_approx(s[4 * n + 2 * h + 1] - m_use);
+        sum += s[4 * n + 2 * h] + s[4 * n + 2 * h + 1];
       }
-      row_sum[h] += sum;
+      row_sum[h] = row_sum[h] * scale[h] + sum;
     }
-
-    // ---- O += P V ------------------------------------------------------------------------------
-    std::uint32_t pa[4][4];
+  };
+  // O *= scale (no wgmma owns O), then P into pa.
+  auto rescale_and_pack = [&](const float (&scale)[2]) {
+#pragma unroll
+    for (int n = 0; n < D / 8; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) o[4 * n + e] *= scale[e >> 1];
 #pragma unroll
     for (int kv = 0; kv < 4; ++kv)
 #pragma unroll
-      for (int r = 0; r < 4; ++r)
-        pa[kv][r] = ptx::pack2<T>(s_cur[8 * kv + 2 * r], s_cur[8 * kv + 2 * r + 1]);
-    const std::uint32_t v_addr = ptx::smem_addr(stream.v_stage(it % S));
-    fence_operands(o);
-    ptx::wgmma_fence();
-#pragma unroll
-    for (int kv = 0; kv < 4; ++kv) {
-      const std::uint64_t dv = ptx::wgmma_desc(v_addr + kv * 16 * 128, kTileKeys * 128, 1024);
-      ptx::wgmma_rs_m64n128k16<T, true>(o, pa[kv], dv, 1);
-    }
-    ptx::wgmma_commit();
-    ptx::wgmma_wait<0>();
-    fence_operands(o);
-    fence_operands(s_next);
-
-#pragma unroll
-    for (int i = 0; i < 32; ++i) s_cur[i] = s_next[i];
-    // The query of tile + 2 (S(tile + 2) is issued next iteration; S(tile + 1) is done), from the
-    // cos/sin rows computed an iteration ago; then the rows of tile + 3, into the buffer no one
-    // reads now (its last reader passed this iteration's barrier).
-    if (kRope && tile + 2 < tile_end && delta_of(ti_n2) != q_delta) {
+      for (int r = 0; r < 4; ++r) pa[kv][r] = ptx::pack2<T>(s[8 * kv + 2 * r], s[8 * kv + 2 * r + 1]);
+  };
+  // End of tile j's iteration (no wgmma in flight): the query of tile j + 1 from the rows computed
+  // at least one CTA barrier ago, then the rows of tile j + 2 into the other buffer (whose last
+  // readers passed a barrier since, or `sync_first` makes them).
+  auto advance_query = [&](int tile, const TileInfo& ti_n1, bool sync_first) {
+    if (!kRope) return;
+    if (tile + 1 < tile_end && delta_of(ti_n1) != q_delta) {
       build_query(cs_latest);
-      q_delta = delta_of(ti_n2);
+      q_delta = delta_of(ti_n1);
     }
-    if (kRope && tile + 3 < tile_end && delta_of(ti_n3) != cs_delta) {
+    const TileInfo ti_n2 = stream.info(tile + 2);
+    if (tile + 2 < tile_end && delta_of(ti_n2) != cs_delta) {
+      if (sync_first) __syncthreads();
       cs_latest ^= 1;
-      cs_delta = delta_of(ti_n3);
+      cs_delta = delta_of(ti_n2);
       compute_seg(cs_delta, cs_latest);
     }
+  };
+
+  if (tile_begin < tile_end) {
+    // ---- tile_begin: its K (and the raw query) landed; S, softmax; no P V yet ---------------
+    ptx::cp_async_wait<kLead - 1>();
+    ptx::fence_proxy_async_smem();
+    __syncthreads();
+    stream.step(tile_begin, 0);
+    build_query(0);
+    issue_qk(s, 0);
+    ptx::wgmma_wait<0>();
+    fence_operands(s);
+    float scale[2];
+    softmax(ti_cur, scale);
+    rescale_and_pack(scale);
+    // The build above read buffer 0, which the rows of tile_begin + 2 may take: sync first.
+    advance_query(tile_begin, ti_next, true);
+  }
+
+  for (int tile = tile_begin + 1, it = 1; tile < tile_end; ++tile, ++it) {
+    // Tile landed (tile + 1 may be in flight); everyone is past tile - 1's iteration, so tile
+    // - 2's stage (read by P V of tile - 2 there) takes tile + 2.
+    ptx::cp_async_wait<kLead - 1>();
+    ptx::fence_proxy_async_smem();
+    __syncthreads();
+    stream.step(tile, it);
     ti_cur = ti_next;
-    ti_next = ti_n2;
-    ti_n2 = ti_n3;
+    ti_next = stream.info(tile + 1);
+
+    // S(tile) and P(tile - 1) V(tile - 1) back to back; the softmax of S runs under P V.
+    issue_qk(s, it % S);
+    issue_pv((it - 1) % S);
+    ptx::wgmma_wait<1>();
+    fence_operands(s);
+    float scale[2];
+    softmax(ti_cur, scale);
+    ptx::wgmma_wait<0>();
+    fence_operands(o);
+    rescale_and_pack(scale);
+    advance_query(tile, ti_next, false);
+  }
+  if (tile_begin < tile_end) {  // the last tile's P V
+    issue_pv((tile_end - 1 - tile_begin) % S);
+    ptx::wgmma_wait<0>();
+    fence_operands(o);
   }
   ptx::cp_async_wait<0>();
 
