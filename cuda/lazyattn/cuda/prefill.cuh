@@ -552,8 +552,11 @@ __global__ void __launch_bounds__(kWgmmaPrefillThreads, 1)
   float2* cs_off = reinterpret_cast<float2*>(smem + Shape::kCsOff);  // [16][pair]
   std::uint64_t* s_turns = reinterpret_cast<std::uint64_t*>(smem + Shape::kTurns);
 
-  const int qtile = p.sched.num_qtiles - 1 - blockIdx.x;
-  const int kv_head = blockIdx.y;
+  // Heaviest query tiles first (the last ones see the most keys under causal masks), every KV
+  // head of a query tile before the next: the longest-processing-time order over the whole grid.
+  const int num_kv_heads = p.num_qo_heads / p.group_size;
+  const int qtile = p.sched.num_qtiles - 1 - static_cast<int>(blockIdx.x / num_kv_heads);
+  const int kv_head = static_cast<int>(blockIdx.x % num_kv_heads);
   const int tid = threadIdx.x;
   const int warp = tid >> 5;
   const int wg = warp >> 2;
@@ -611,6 +614,7 @@ __global__ void __launch_bounds__(kWgmmaPrefillThreads, 1)
   // K/V ring: tile j's iteration reads K(j) and V(j - 1) (P(j - 1) V(j - 1) runs under tile j's
   // softmax), so tile j + 2 goes into the stage tile j - 2 left.
   constexpr int kLead = S - 2;
+  static_assert(kLead == 2, "the rolling tile records below take tile + 2 from the stream");
   using Stream = TileStream<T, D, kThreads, S, true, kLead>;
   Stream stream = Stream::for_head(p, kv_head, tile_end, tid,
                                    reinterpret_cast<T*>(smem + Shape::kStages));
@@ -625,8 +629,11 @@ __global__ void __launch_bounds__(kWgmmaPrefillThreads, 1)
     for (int i = tid; i < coarse_rows * kHalf; i += kThreads)
       dst[i] = rope_cos_sin(delta + 16 * (i / kHalf), s_turns[i % kHalf]);
   };
-  TileInfo ti_cur = stream.info(tile_begin);       // the tile this iteration computes
-  TileInfo ti_next = stream.info(tile_begin + 1);  // the one whose query it builds at its end
+  // Records of the tile this iteration computes, the one whose query it builds at its end, and
+  // the one after (rolling: each read a tile before it is needed, the last from the stream).
+  TileInfo ti_cur = stream.info(tile_begin);
+  TileInfo ti_next = stream.info(tile_begin + 1);
+  TileInfo ti_n2;
   int cs_latest = 0;                               // the buffer holding the newest rows
   std::int64_t cs_delta = delta_of(ti_cur);
   std::int64_t q_delta = cs_delta;
@@ -731,23 +738,23 @@ __global__ void __launch_bounds__(kWgmmaPrefillThreads, 1)
     ptx::wgmma_commit();
   };
 
+  // The last tail key each of this thread's two rows sees, relative to the tail's first key.
+  const int last_visible[2] = {causal_offset + i_first + row_a / G,
+                               causal_offset + i_first + (row_a + 8) / G};
   // Masks S for tile `ti` (keys past its rows; the tail's causal bound), takes the new row maxima
   // and turns S into P = 2^(S - max) with the row sums; returns the factors that rescale O.
+  // No branches between the wait for S and the exponentials: at a branch ptxas waits for every
+  // wgmma in flight (P V too), and the softmax no longer runs under it (seen in the SASS).
   auto softmax = [&](const TileInfo& ti, float (&scale)[2]) {
-    const bool tail_mask = ti.is_tail && ti.key0 + ti.rows - 1 > causal_offset + i_first;
-    if (ti.rows < kTileKeys || tail_mask) {
+    int bound[2];  // keys [0, bound) of the tile are visible to the row
 #pragma unroll
-      for (int n = 0; n < 8; ++n)
+    for (int h = 0; h < 2; ++h)
+      bound[h] = ti.is_tail ? min(ti.rows, last_visible[h] - ti.key0 + 1) : ti.rows;
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int key = 8 * n + 2 * t4 + (e & 1);
-          bool hidden = key >= ti.rows;
-          if (tail_mask)
-            hidden = hidden ||
-                     ti.key0 + key > causal_offset + i_first + (row_a + 8 * (e >> 1)) / G;
-          if (hidden) s[4 * n + e] = -INFINITY;
-        }
-    }
+    for (int n = 0; n < 8; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        s[4 * n + e] = 8 * n + 2 * t4 + (e & 1) < bound[e >> 1] ? s[4 * n + e] : -INFINITY;
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       float mx = -INFINITY;
@@ -783,13 +790,13 @@ __global__ void __launch_bounds__(kWgmmaPrefillThreads, 1)
   // End of tile j's iteration (no wgmma in flight): the query of tile j + 1 from the rows computed
   // at least one CTA barrier ago, then the rows of tile j + 2 into the other buffer (whose last
   // readers passed a barrier since, or `sync_first` makes them).
-  auto advance_query = [&](int tile, const TileInfo& ti_n1, bool sync_first) {
+  auto advance_query = [&](int tile, const TileInfo& ti_n1, const TileInfo& ti_n2,
+                           bool sync_first) {
     if (!kRope) return;
     if (tile + 1 < tile_end && delta_of(ti_n1) != q_delta) {
       build_query(cs_latest);
       q_delta = delta_of(ti_n1);
     }
-    const TileInfo ti_n2 = stream.info(tile + 2);
     if (tile + 2 < tile_end && delta_of(ti_n2) != cs_delta) {
       if (sync_first) __syncthreads();
       cs_latest ^= 1;
@@ -803,6 +810,7 @@ __global__ void __launch_bounds__(kWgmmaPrefillThreads, 1)
     ptx::cp_async_wait<kLead - 1>();
     ptx::fence_proxy_async_smem();
     __syncthreads();
+    ti_n2 = stream.issue_info;  // tile_begin + kLead = + 2
     stream.step(tile_begin, 0);
     build_query(0);
     issue_qk(s, 0);
@@ -812,7 +820,7 @@ __global__ void __launch_bounds__(kWgmmaPrefillThreads, 1)
     softmax(ti_cur, scale);
     rescale_and_pack(scale);
     // The build above read buffer 0, which the rows of tile_begin + 2 may take: sync first.
-    advance_query(tile_begin, ti_next, true);
+    advance_query(tile_begin, ti_next, ti_n2, true);
   }
 
   for (int tile = tile_begin + 1, it = 1; tile < tile_end; ++tile, ++it) {
@@ -821,9 +829,10 @@ __global__ void __launch_bounds__(kWgmmaPrefillThreads, 1)
     ptx::cp_async_wait<kLead - 1>();
     ptx::fence_proxy_async_smem();
     __syncthreads();
-    stream.step(tile, it);
     ti_cur = ti_next;
-    ti_next = stream.info(tile + 1);
+    ti_next = ti_n2;
+    ti_n2 = stream.issue_info;  // tile + 2, fetched a tile ago
+    stream.step(tile, it);
 
     // S(tile) and P(tile - 1) V(tile - 1) back to back; the softmax of S runs under P V.
     issue_qk(s, it % S);
@@ -835,7 +844,7 @@ __global__ void __launch_bounds__(kWgmmaPrefillThreads, 1)
     ptx::wgmma_wait<0>();
     fence_operands(o);
     rescale_and_pack(scale);
-    advance_query(tile, ti_next, false);
+    advance_query(tile, ti_next, ti_n2, false);
   }
   if (tile_begin < tile_end) {  // the last tile's P V
     issue_pv((tile_end - 1 - tile_begin) % S);
@@ -1054,8 +1063,8 @@ inline void prefill(const PrefillArgs& args, const DevicePool& pool, const Devic
             constexpr int kSmem = detail::WgmmaPrefillShape::kSmemBytes;
             auto launch_wgmma = [&](auto kernel) {
               prepare_kernel(kernel, kSmem);
-              dim3 grid(static_cast<unsigned>(sv.num_qtiles),
-                        static_cast<unsigned>(ap.num_kv_heads), static_cast<unsigned>(splits));
+              dim3 grid(static_cast<unsigned>(sv.num_qtiles * ap.num_kv_heads), 1,
+                        static_cast<unsigned>(splits));
               kernel<<<grid, detail::kWgmmaPrefillThreads, kSmem, stream>>>(p);
               LAZYATTN_CUDA_CHECK_LAUNCH();
             };
