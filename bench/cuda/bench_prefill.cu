@@ -37,8 +37,7 @@ struct Shape {
 };
 
 // *_wgmma: the experimental Hopper kernel (builds with LAZYATTN_EXPERIMENTAL_WGMMA only).
-// *_wgmma: query operand in registers; *_wgmma_smem: in shared memory.
-enum class Mode { kLocal, kRaw, kRopeOff, kLocalWgmma, kRopeOffWgmma, kLocalWgmmaSmem, kRopeOffWgmmaSmem };
+enum class Mode { kLocal, kRaw, kRopeOff, kLocalWgmma, kRopeOffWgmma };
 
 const char* name(Mode m) {
   switch (m) {
@@ -47,8 +46,6 @@ const char* name(Mode m) {
     case Mode::kRopeOff: return "rope_off";
     case Mode::kLocalWgmma: return "local_wgmma";
     case Mode::kRopeOffWgmma: return "rope_off_wgmma";
-    case Mode::kLocalWgmmaSmem: return "local_wgmma_smem";
-    case Mode::kRopeOffWgmmaSmem: return "rope_off_wgmma_smem";
   }
   return "?";
 }
@@ -136,10 +133,8 @@ void bench_prefill(benchmark::State& state, Shape sh, Mode mode) {
   a.params.num_qo_heads = kQoHeads;
   a.params.num_kv_heads = kKvHeads;
   a.params.head_dim = kHeadDim;
-  a.rope = mode != Mode::kRopeOff && mode != Mode::kRopeOffWgmma && mode != Mode::kRopeOffWgmmaSmem;
-  a.wgmma = mode == Mode::kLocalWgmma || mode == Mode::kRopeOffWgmma ||
-            mode == Mode::kLocalWgmmaSmem || mode == Mode::kRopeOffWgmmaSmem;
-  a.wgmma_query_in_registers = mode == Mode::kLocalWgmma || mode == Mode::kRopeOffWgmma;
+  a.rope = mode != Mode::kRopeOff && mode != Mode::kRopeOffWgmma;
+  a.wgmma = mode == Mode::kLocalWgmma || mode == Mode::kRopeOffWgmma;
   const cuda::DevicePlan& plan = mode == Mode::kRaw ? s.plan_raw : s.plan_local;
   if (const char* e = std::getenv("LAZYATTN_BENCH_PREFILL_SPLITS")) a.kv_splits = std::atoi(e);
   for (int i = 0; i < 3; ++i) cuda::prefill(a, *s.pool, plan, *s.rope, &s.ws);
@@ -160,8 +155,7 @@ int main(int argc, char** argv) {
   for (const Shape& sh : shapes) {
     std::vector<Mode> modes{Mode::kLocal, Mode::kRaw, Mode::kRopeOff};
 #ifdef LAZYATTN_EXPERIMENTAL_WGMMA
-    modes.insert(modes.end(), {Mode::kLocalWgmma, Mode::kRopeOffWgmma, Mode::kLocalWgmmaSmem,
-                               Mode::kRopeOffWgmmaSmem});
+    modes.insert(modes.end(), {Mode::kLocalWgmma, Mode::kRopeOffWgmma});
 #endif
     for (Mode m : modes) {
       std::string n = "prefill/" + sh.name + "/" + name(m);

@@ -64,7 +64,6 @@ struct DeviceScenario {
   bool use_prefill = false;
   bool tma = false;  // cuda::DecodeArgs::tma (experimental TMA loader)
   bool prefill_wgmma = false;  // cuda::PrefillArgs::wgmma (experimental Hopper kernel)
-  bool prefill_wgmma_query_in_registers = true;  // its wgmma_query_in_registers
 
   // forced_splits < 0: the prefill kernel (its own schedule); otherwise decode with that many
   // splits (0: the heuristic).
@@ -146,7 +145,6 @@ struct DeviceScenario {
       a.rope = d.rope;
       a.kv_splits = prefill_kv_splits;
       a.wgmma = prefill_wgmma;
-      a.wgmma_query_in_registers = prefill_wgmma_query_in_registers;
       cuda::prefill(a, pool, on, rope, &pws);
     } else {
       cuda::decode(args(rope_on, q_ptr), pool, on, rope, ws);

@@ -105,21 +105,13 @@ void check_prefill(const test::ref::Scenario& sc) {
   // rotary dims), under the same rule.
   if (wgmma_applies(spec)) {
     ds.prefill_wgmma = true;
-    struct Variant {
-      int kv_splits;
-      bool query_in_registers;
-    };
-    for (Variant v : {Variant{0, true}, Variant{1, true}, Variant{3, true}, Variant{0, false},
-                      Variant{3, false}}) {
-      ds.prefill_kv_splits = v.kv_splits;
-      ds.prefill_wgmma_query_in_registers = v.query_in_registers;
+    for (int splits : {0, 1, 3}) {
+      ds.prefill_kv_splits = splits;
       gpu::GpuResult got = ds.deferred();
-      INFO("wgmma kernel, kv_splits " << ds.prefill_kv_splits << ", query in registers "
-                                      << ds.prefill_wgmma_query_in_registers);
+      INFO("wgmma kernel, kv_splits " << splits);
       check_result(got);
     }
     ds.prefill_wgmma = false;
-    ds.prefill_wgmma_query_in_registers = true;
   }
 #endif
 }

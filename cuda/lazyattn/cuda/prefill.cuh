@@ -500,29 +500,34 @@ __global__ void __launch_bounds__(PrefillShape<D>::kThreads, PrefillShape<D>::kM
 // dim 128, 16-bit, local form with full rotate-half rotary dims (the launcher rejects anything
 // else, naming it). Two warpgroups own 64 query rows each of the CTA's 128.
 //  - K/V: a ring of kWgmmaStages tiles loaded by cp.async (all threads) in the blocked
-//    128-byte-swizzle layout wgmma's descriptors read, issued three tiles ahead; one CTA barrier
+//    128-byte-swizzle layout wgmma's descriptors read, issued two tiles ahead; one CTA barrier
 //    per tile.
-//  - Query: the raw tile stays in shared memory; for each segment every thread rotates its own
-//    A fragments into registers (kQRegs) or each warpgroup writes its 64 rotated, scaled rows
-//    into a second shared tile and syncs itself alone. A segment's query is built at the end of
-//    the iteration before its first S (after the MMA waits), from cos/sin rows computed a tile
-//    earlier into one of two buffers.
-//  - Overlap inside a warpgroup: S(j+1) = Q K(j+1)^T is issued before the exponentials of tile
-//    j, so the tensor cores work while they run; then O += P(j) V(j) (P from registers).
+//  - Query: wgmma's A operand comes from registers (each thread's fragments). Once per CTA each
+//    thread rotates its own query elements to their absolute positions m (R(m) q, scaled, fp32)
+//    into shared memory; a segment starting at s then needs R(m - s) q = R(-s) (R(m) q): one
+//    cos/sin per rotary pair, the same for every row, and one rounding to 16 bits. A segment's
+//    query is built at the end of the iteration before its first S (no wgmma in flight), from
+//    the cos/sin of -s computed an iteration earlier into one of two buffers.
+//  - Overlap inside a warpgroup (FlashAttention-3's order): S(j) and P(j-1) V(j-1) are issued
+//    back to back; tile j's softmax runs under P V; O is rescaled after the wait.
 //  Measured on the H200: docs/performance.md ("the Hopper kernel").
 inline constexpr int kWgmmaPrefillThreads = 256;
 inline constexpr int kWgmmaStages = 4;
 struct WgmmaPrefillShape {
   static constexpr int D = 128;
   static constexpr int kTileBytes = kTileKeys * D * 2;      // 16 KiB
-  static constexpr int kQBytes = kPrefillRows * D * 2;      // 32 KiB
   static constexpr int kStages = 0;                         // [stage][K, V] tiles
-  static constexpr int kQRaw = kStages + kWgmmaStages * 2 * kTileBytes;
-  static constexpr int kQRot = kQRaw + kQBytes;
-  static constexpr int kCsSeg = kQRot + kQBytes;            // [2][8][64] float2
-  static constexpr int kCsOff = kCsSeg + 2 * 8 * (D / 2) * 8;  // [16][64] float2
-  static constexpr int kTurns = kCsOff + 16 * (D / 2) * 8;  // [64] Q0.64
+  // The raw query tile (blocked layout, 32 KiB) is staged in the last ring stage, which the
+  // K/V stream first fills after the prologue.
+  static constexpr int kQRaw = kStages + (kWgmmaStages - 1) * 2 * kTileBytes;
+  // [32][kWgmmaPrefillThreads] float2: thread t's query elements R(m) q at [i][t] (64 KiB)
+  static constexpr int kQPre = kStages + kWgmmaStages * 2 * kTileBytes;
+  static constexpr int kCsSeg = kQPre + 32 * kWgmmaPrefillThreads * 8;  // [2][64] float2: R(-s)
+  static constexpr int kCsQ = kCsSeg + 2 * (D / 2) * 8;     // [8][64] float2: R(m_first + 16a)
+  static constexpr int kCsOff = kCsQ + 8 * (D / 2) * 8;     // [16][64] float2: R(0 .. 15)
+  static constexpr int kTurns = kCsOff + 16 * (D / 2) * 8;  // [64] Q0.64 angles per position
   static constexpr int kSmemBytes = kTurns + (D / 2) * 8;
+  static_assert(kPrefillRows * D * 2 == 2 * kTileBytes, "the raw query fills one ring stage");
 };
 
 // Keeps the compiler from moving reads or writes of registers an in-flight wgmma owns across
@@ -533,9 +538,7 @@ __device__ __forceinline__ void fence_operands(float (&r)[N]) {
   for (int i = 0; i < N; ++i) asm volatile("" : "+f"(r[i])::"memory");
 }
 
-// kQRegs: the rotated query is wgmma's A operand from registers (each thread's fragments), not
-// from shared memory (q_rot); a rebuild then needs no shared-memory writes or barrier.
-template <class T, bool kRope, bool kQRegs>
+template <class T, bool kRope>
 __global__ void __launch_bounds__(kWgmmaPrefillThreads, 1)
     prefill_wgmma_kernel(const __grid_constant__ PrefillParams p) {
   using Shape = WgmmaPrefillShape;
@@ -547,8 +550,9 @@ __global__ void __launch_bounds__(kWgmmaPrefillThreads, 1)
   extern __shared__ __align__(1024) unsigned char smem[];
   if ((ptx::smem_addr(smem) & 1023u) != 0) __trap();  // the swizzle keys on address bits
   T* q_raw = reinterpret_cast<T*>(smem + Shape::kQRaw);
-  T* q_rot = reinterpret_cast<T*>(smem + Shape::kQRot);
-  float2* cs_seg = reinterpret_cast<float2*>(smem + Shape::kCsSeg);  // [2][8][pair]
+  float2* q_pre = reinterpret_cast<float2*>(smem + Shape::kQPre);
+  float2* cs_seg = reinterpret_cast<float2*>(smem + Shape::kCsSeg);  // [2][pair]
+  float2* cs_q = reinterpret_cast<float2*>(smem + Shape::kCsQ);      // [8][pair]
   float2* cs_off = reinterpret_cast<float2*>(smem + Shape::kCsOff);  // [16][pair]
   std::uint64_t* s_turns = reinterpret_cast<std::uint64_t*>(smem + Shape::kTurns);
 
@@ -612,7 +616,8 @@ __global__ void __launch_bounds__(kWgmmaPrefillThreads, 1)
   }
 
   // K/V ring: tile j's iteration reads K(j) and V(j - 1) (P(j - 1) V(j - 1) runs under tile j's
-  // softmax), so tile j + 2 goes into the stage tile j - 2 left.
+  // softmax), so tile j + 2 goes into the stage tile j - 2 left; the last stage holds the raw
+  // query until the prologue has read it.
   constexpr int kLead = S - 2;
   static_assert(kLead == 2, "the rolling tile records below take tile + 2 from the stream");
   using Stream = TileStream<T, D, kThreads, S, true, kLead>;
@@ -621,99 +626,109 @@ __global__ void __launch_bounds__(kWgmmaPrefillThreads, 1)
   stream.prefetch_records(tile_begin, tid);
   stream.start(tile_begin);  // tiles begin .. begin + kLead - 1, one group each
 
-  auto delta_of = [&](const TileInfo& ti) { return kRope ? m_first - ti.seg_start : m_first; };
-  const int coarse_rows = (kPrefillRows / G + 15) / 16;
-  // cos/sin rows of query offsets 0, 16, 32, ... at `delta`, into buffer `buf`.
-  auto compute_seg = [&](std::int64_t delta, int buf) {
-    float2* dst = cs_seg + buf * 8 * kHalf;
-    for (int i = tid; i < coarse_rows * kHalf; i += kThreads)
-      dst[i] = rope_cos_sin(delta + 16 * (i / kHalf), s_turns[i % kHalf]);
+  // cos/sin of -s (segment start s) for every rotary pair, into buffer `buf`.
+  auto compute_seg = [&](std::int64_t seg_start, int buf) {
+    for (int j = tid; j < kHalf; j += kThreads)
+      cs_seg[buf * kHalf + j] = rope_cos_sin(-seg_start, s_turns[j]);
   };
   // Records of the tile this iteration computes, the one whose query it builds at its end, and
   // the one after (rolling: each read a tile before it is needed, the last from the stream).
   TileInfo ti_cur = stream.info(tile_begin);
   TileInfo ti_next = stream.info(tile_begin + 1);
   TileInfo ti_n2;
-  int cs_latest = 0;                               // the buffer holding the newest rows
-  std::int64_t cs_delta = delta_of(ti_cur);
-  std::int64_t q_delta = cs_delta;
+  int cs_latest = 0;                          // the buffer holding the newest cos/sin
+  std::int64_t cs_seg_start = ti_cur.seg_start;  // ... and its segment's start
+  std::int64_t q_seg_start = cs_seg_start;       // the segment the query in qf is built for
   if (kRope) {
     for (int i = tid; i < 16 * kHalf; i += kThreads) cs_off[i] = offset_cs[i];
     for (int j = tid; j < kHalf; j += kThreads) s_turns[j] = turns[j];
     __syncthreads();
-    compute_seg(cs_delta, 0);
-    if (tile_begin + 1 < tile_end && delta_of(ti_next) != cs_delta) {
+    const int coarse_rows = (kPrefillRows / G + 15) / 16;
+    for (int i = tid; i < coarse_rows * kHalf; i += kThreads)
+      cs_q[i] = rope_cos_sin(m_first + 16 * (i / kHalf), s_turns[i % kHalf]);
+    compute_seg(cs_seg_start, 0);
+    if (tile_begin + 1 < tile_end && ti_next.seg_start != cs_seg_start) {
       cs_latest = 1;
-      cs_delta = delta_of(ti_next);
-      compute_seg(cs_delta, 1);
+      cs_seg_start = ti_next.seg_start;
+      compute_seg(cs_seg_start, 1);
     }
   }
 
-  // Writes this warpgroup's 64 rotated, scaled query rows (cos/sin from buffer `buf`) into q_rot
-  // and syncs the warpgroup, or (kQRegs) this thread's fragments into qf: k-step kk, registers
-  // as mma.sync's A: [0] (row_a, c..c+1), [1] (row_a + 8, c..), [2] (row_a, c+8..),
-  // [3] (row_a + 8, c+8..), c = 16 kk + 2 t4. The caller has waited for every wgmma reading them.
-  std::uint32_t qf[kQRegs ? KSteps : 1][4];
+  // This thread's query elements, as wgmma's A fragments (mma.sync's A layout): k-step kk,
+  // [0] (row_a, c..c+1), [1] (row_a + 8, c..), [2] (row_a, c+8..), [3] (row_a + 8, c+8..),
+  // c = 16 kk + 2 t4. Pair (col, col + 64) of fragment (kk, r), kk < 4, is q_pre entry
+  // 2 (4 kk + r) (dims col, col + 1) and 2 (4 kk + r) + 1 (dims col + 64, col + 65).
+  std::uint32_t qf[KSteps][4];
   const float q_scale = kRope ? p.sm_scale_log2 * p.rope.query_scale : p.sm_scale_log2;
-  auto build_query = [&](int buf) {
-    const float2* seg = cs_seg + buf * 8 * kHalf;
-    const int ia = (row_begin % G + row_a) / G;  // query offsets of the two rows from i_first
-    const int ib = (row_begin % G + row_a + 8) / G;
-    auto at = [&](T* base, int row, int col) {
-      return base + blocked_swizzle<D, kPrefillRows>(row, col >> 3) + (col & 7);
+  // Prologue (the raw query landed): R(m) q * scale into q_pre (kRope), or q * scale into qf.
+  auto prepare_query = [&] {
+    const int ia = row_a / G;  // query offsets of the two rows from i_first (row_begin % G == 0)
+    const int ib = (row_a + 8) / G;
+    auto at = [&](int row, int col) {
+      return q_raw + blocked_swizzle<D, kPrefillRows>(row, col >> 3) + (col & 7);
     };
 #pragma unroll
     for (int kk = 0; kk < KSteps / 2; ++kk) {
 #pragma unroll
       for (int r = 0; r < 4; ++r) {
         const int row = row_a + 8 * (r & 1);
-        const int col = 16 * kk + 2 * t4 + 8 * (r >> 1);  // dims col, col + 1 and + 64
-        float2 x = ptx::unpack2<T>(*reinterpret_cast<const std::uint32_t*>(at(q_raw, row, col)));
-        float2 y =
-            ptx::unpack2<T>(*reinterpret_cast<const std::uint32_t*>(at(q_raw, row, col + kHalf)));
-        if (kRope) {
+        const int col = 16 * kk + 2 * t4 + 8 * (r >> 1);
+        float2 x = ptx::unpack2<T>(*reinterpret_cast<const std::uint32_t*>(at(row, col)));
+        float2 y = ptx::unpack2<T>(*reinterpret_cast<const std::uint32_t*>(at(row, col + kHalf)));
+        x.x *= q_scale, x.y *= q_scale, y.x *= q_scale, y.y *= q_scale;
+        if constexpr (kRope) {
           const int i = (r & 1) ? ib : ia;
-          const float2 c0 = combine_angles(seg[(i >> 4) * kHalf + col], cs_off[(i & 15) * kHalf + col]);
+          const float2 c0 = combine_angles(cs_q[(i >> 4) * kHalf + col], cs_off[(i & 15) * kHalf + col]);
           const float2 c1 =
-              combine_angles(seg[(i >> 4) * kHalf + col + 1], cs_off[(i & 15) * kHalf + col + 1]);
+              combine_angles(cs_q[(i >> 4) * kHalf + col + 1], cs_off[(i & 15) * kHalf + col + 1]);
           rotate_pair(x.x, y.x, c0);
           rotate_pair(x.y, y.y, c1);
-        }
-        if constexpr (kQRegs) {
-          qf[kk][r] = ptx::pack2<T>(x.x * q_scale, x.y * q_scale);
-          qf[kk + KSteps / 2][r] = ptx::pack2<T>(y.x * q_scale, y.y * q_scale);
+          q_pre[(2 * (4 * kk + r)) * kThreads + tid] = x;
+          q_pre[(2 * (4 * kk + r) + 1) * kThreads + tid] = y;
         } else {
-          *reinterpret_cast<std::uint32_t*>(at(q_rot, row, col)) =
-              ptx::pack2<T>(x.x * q_scale, x.y * q_scale);
-          *reinterpret_cast<std::uint32_t*>(at(q_rot, row, col + kHalf)) =
-              ptx::pack2<T>(y.x * q_scale, y.y * q_scale);
+          qf[kk][r] = ptx::pack2<T>(x.x, x.y);
+          qf[kk + KSteps / 2][r] = ptx::pack2<T>(y.x, y.y);
         }
       }
     }
-    if constexpr (!kQRegs) {
-      ptx::fence_proxy_async_smem();  // the generic writes before wgmma's async-proxy reads
-      if (wg == 0) ptx::named_barrier_sync<1, 128>();
-      else ptx::named_barrier_sync<2, 128>();
+  };
+  // qf = R(-s) (R(m) q) for the segment whose cos/sin are in buffer `buf` (kRope only). Reads
+  // this thread's own q_pre entries: no barrier with the prologue that wrote them.
+  auto build_query = [&](int buf) {
+    const float2* cs = cs_seg + buf * kHalf;
+#pragma unroll
+    for (int kk = 0; kk < KSteps / 2; ++kk) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int col = 16 * kk + 2 * t4 + 8 * h;
+        const float4 c = *reinterpret_cast<const float4*>(cs + col);  // pairs col, col + 1
+#pragma unroll
+        for (int r = 2 * h; r < 2 * h + 2; ++r) {
+          float2 x = q_pre[(2 * (4 * kk + r)) * kThreads + tid];
+          float2 y = q_pre[(2 * (4 * kk + r) + 1) * kThreads + tid];
+          rotate_pair(x.x, y.x, make_float2(c.x, c.y));
+          rotate_pair(x.y, y.y, make_float2(c.z, c.w));
+          qf[kk][r] = ptx::pack2<T>(x.x, x.y);
+          qf[kk + KSteps / 2][r] = ptx::pack2<T>(y.x, y.y);
+        }
+      }
+      // One k-step's loads at a time: hoisting all 40 would raise the kernel's register count
+      // (it is allocated for the whole loop) for a path taken once per segment.
+      asm volatile("" ::: "memory");
     }
   };
 
   // S = Q K^T for this warpgroup's 64 rows against the tile in ring stage `stage` (issued, not
   // waited for).
-  const std::uint32_t q_addr = ptx::smem_addr(q_rot) + wg * 64 * 128;
   auto issue_qk = [&](float (&s)[32], int stage) {
     const std::uint32_t k_addr = ptx::smem_addr(stream.k_stage(stage));
     fence_operands(s);
     ptx::wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < KSteps; ++kk) {
-      const std::uint32_t step = (kk / 4) * (kPrefillRows * 128) + (kk % 4) * 32;
       const std::uint32_t kstep = (kk / 4) * (kTileKeys * 128) + (kk % 4) * 32;
-      if constexpr (kQRegs)
-        ptx::wgmma_rs_m64n64k16<T, false>(s, qf[kk], ptx::wgmma_desc(k_addr + kstep, 16, 1024),
-                                          kk > 0);
-      else
-        ptx::wgmma_ss_m64n64k16<T, false>(s, ptx::wgmma_desc(q_addr + step, 16, 1024),
-                                          ptx::wgmma_desc(k_addr + kstep, 16, 1024), kk > 0);
+      ptx::wgmma_rs_m64n64k16<T, false>(s, qf[kk], ptx::wgmma_desc(k_addr + kstep, 16, 1024),
+                                        kk > 0);
     }
     ptx::wgmma_commit();
   };
@@ -787,21 +802,21 @@ __global__ void __launch_bounds__(kWgmmaPrefillThreads, 1)
 #pragma unroll
       for (int r = 0; r < 4; ++r) pa[kv][r] = ptx::pack2<T>(s[8 * kv + 2 * r], s[8 * kv + 2 * r + 1]);
   };
-  // End of tile j's iteration (no wgmma in flight): the query of tile j + 1 from the rows computed
-  // at least one CTA barrier ago, then the rows of tile j + 2 into the other buffer (whose last
-  // readers passed a barrier since, or `sync_first` makes them).
+  // End of tile j's iteration (no wgmma in flight): the query of tile j + 1 from the cos/sin
+  // computed at least one CTA barrier ago, then the cos/sin of tile j + 2 into the other buffer
+  // (whose last readers passed a barrier since, or `sync_first` makes them).
   auto advance_query = [&](int tile, const TileInfo& ti_n1, const TileInfo& ti_n2,
                            bool sync_first) {
     if (!kRope) return;
-    if (tile + 1 < tile_end && delta_of(ti_n1) != q_delta) {
+    if (tile + 1 < tile_end && ti_n1.seg_start != q_seg_start) {
       build_query(cs_latest);
-      q_delta = delta_of(ti_n1);
+      q_seg_start = ti_n1.seg_start;
     }
-    if (tile + 2 < tile_end && delta_of(ti_n2) != cs_delta) {
+    if (tile + 2 < tile_end && ti_n2.seg_start != cs_seg_start) {
       if (sync_first) __syncthreads();
       cs_latest ^= 1;
-      cs_delta = delta_of(ti_n2);
-      compute_seg(cs_delta, cs_latest);
+      cs_seg_start = ti_n2.seg_start;
+      compute_seg(cs_seg_start, cs_latest);
     }
   };
 
@@ -811,8 +826,9 @@ __global__ void __launch_bounds__(kWgmmaPrefillThreads, 1)
     ptx::fence_proxy_async_smem();
     __syncthreads();
     ti_n2 = stream.issue_info;  // tile_begin + kLead = + 2
-    stream.step(tile_begin, 0);
-    build_query(0);
+    stream.step(tile_begin, 0);  // into stage 2; the raw query in stage 3 is read below
+    prepare_query();
+    if (kRope) build_query(0);
     issue_qk(s, 0);
     ptx::wgmma_wait<0>();
     fence_operands(s);
@@ -939,8 +955,6 @@ struct PrefillArgs {
   // EXPERIMENTAL: the Hopper (wgmma) kernel. Needs a build with LAZYATTN_EXPERIMENTAL_WGMMA;
   // head dim 128, 16-bit, local-form segments, full rotate-half rotary dims.
   bool wgmma = false;
-  // Its query operand: from registers (true) or from shared memory (false); both are measured.
-  bool wgmma_query_in_registers = true;
 };
 
 // Launches the prefill for one layer over a plan uploaded with make_prefill_schedule. The K/V of
@@ -1068,13 +1082,8 @@ inline void prefill(const PrefillArgs& args, const DevicePool& pool, const Devic
               kernel<<<grid, detail::kWgmmaPrefillThreads, kSmem, stream>>>(p);
               LAZYATTN_CUDA_CHECK_LAUNCH();
             };
-            if (args.wgmma_query_in_registers) {
-              if (args.rope) launch_wgmma(detail::prefill_wgmma_kernel<T, true, true>);
-              else launch_wgmma(detail::prefill_wgmma_kernel<T, false, true>);
-            } else {
-              if (args.rope) launch_wgmma(detail::prefill_wgmma_kernel<T, true, false>);
-              else launch_wgmma(detail::prefill_wgmma_kernel<T, false, false>);
-            }
+            if (args.rope) launch_wgmma(detail::prefill_wgmma_kernel<T, true>);
+            else launch_wgmma(detail::prefill_wgmma_kernel<T, false>);
             launched = true;
           }
         }
