@@ -517,16 +517,21 @@ struct WgmmaPrefillShape {
   static constexpr int D = 128;
   static constexpr int kTileBytes = kTileKeys * D * 2;      // 16 KiB
   static constexpr int kStages = 0;                         // [stage][K, V] tiles
-  // The raw query tile (blocked layout, 32 KiB) is staged in the last ring stage, which the
-  // K/V stream first fills after the prologue.
+  // Until the prologue has read them, the raw query tile (blocked layout, 32 KiB) lies in the
+  // last ring stage and the query's cos/sin tables in the one before (the K/V stream fills
+  // those two after the prologue).
   static constexpr int kQRaw = kStages + (kWgmmaStages - 1) * 2 * kTileBytes;
+  static constexpr int kCsQ = kStages + (kWgmmaStages - 2) * 2 * kTileBytes;  // [8][64] float2:
+                                                            // R(m_first + 16a)
+  static constexpr int kCsOff = kCsQ + 8 * (D / 2) * 8;     // [16][64] float2: R(0 .. 15)
   // [32][kWgmmaPrefillThreads] float2: thread t's query elements R(m) q at [i][t] (64 KiB)
   static constexpr int kQPre = kStages + kWgmmaStages * 2 * kTileBytes;
-  static constexpr int kCsSeg = kQPre + 32 * kWgmmaPrefillThreads * 8;  // [2][64] float2: R(-s)
-  static constexpr int kCsQ = kCsSeg + 2 * (D / 2) * 8;     // [8][64] float2: R(m_first + 16a)
-  static constexpr int kCsOff = kCsQ + 8 * (D / 2) * 8;     // [16][64] float2: R(0 .. 15)
-  static constexpr int kTurns = kCsOff + 16 * (D / 2) * 8;  // [64] Q0.64 angles per position
+  // [8][kWgmmaPrefillThreads] uint4: thread t's A fragments of k-step kk at [kk][t] (32 KiB)
+  static constexpr int kQFrag = kQPre + 32 * kWgmmaPrefillThreads * 8;
+  static constexpr int kCsSeg = kQFrag + 8 * kWgmmaPrefillThreads * 16;  // [2][64] float2: R(-s)
+  static constexpr int kTurns = kCsSeg + 2 * (D / 2) * 8;   // [64] Q0.64 angles per position
   static constexpr int kSmemBytes = kTurns + (D / 2) * 8;
+  static_assert(kCsOff + 16 * (D / 2) * 8 <= kQRaw, "the cos/sin tables fit their ring stage");
   static_assert(kPrefillRows * D * 2 == 2 * kTileBytes, "the raw query fills one ring stage");
 };
 
@@ -551,6 +556,7 @@ __global__ void __launch_bounds__(kWgmmaPrefillThreads, 1)
   if ((ptx::smem_addr(smem) & 1023u) != 0) __trap();  // the swizzle keys on address bits
   T* q_raw = reinterpret_cast<T*>(smem + Shape::kQRaw);
   float2* q_pre = reinterpret_cast<float2*>(smem + Shape::kQPre);
+  uint4* q_frag = reinterpret_cast<uint4*>(smem + Shape::kQFrag);
   float2* cs_seg = reinterpret_cast<float2*>(smem + Shape::kCsSeg);  // [2][pair]
   float2* cs_q = reinterpret_cast<float2*>(smem + Shape::kCsQ);      // [8][pair]
   float2* cs_off = reinterpret_cast<float2*>(smem + Shape::kCsOff);  // [16][pair]
@@ -628,8 +634,7 @@ __global__ void __launch_bounds__(kWgmmaPrefillThreads, 1)
 
   // cos/sin of -s (segment start s) for every rotary pair, into buffer `buf`.
   auto compute_seg = [&](std::int64_t seg_start, int buf) {
-    for (int j = tid; j < kHalf; j += kThreads)
-      cs_seg[buf * kHalf + j] = rope_cos_sin(-seg_start, s_turns[j]);
+    if (tid < kHalf) cs_seg[buf * kHalf + tid] = rope_cos_sin(-seg_start, s_turns[tid]);
   };
   // Records of the tile this iteration computes, the one whose query it builds at its end, and
   // the one after (rolling: each read a tile before it is needed, the last from the stream).
@@ -656,10 +661,17 @@ __global__ void __launch_bounds__(kWgmmaPrefillThreads, 1)
 
   // This thread's query elements, as wgmma's A fragments (mma.sync's A layout): k-step kk,
   // [0] (row_a, c..c+1), [1] (row_a + 8, c..), [2] (row_a, c+8..), [3] (row_a + 8, c+8..),
-  // c = 16 kk + 2 t4. Pair (col, col + 64) of fragment (kk, r), kk < 4, is q_pre entry
-  // 2 (4 kk + r) (dims col, col + 1) and 2 (4 kk + r) + 1 (dims col + 64, col + 65).
+  // c = 16 kk + 2 t4, packed in q_frag[kk][tid] and loaded right before each S: held in registers
+  // only while an S is in flight, they leave the softmax and a segment's rebuild their room.
+  // Pair (col, col + 64) of fragment (kk, r), kk < 4, is q_pre entry 2 (4 kk + r) (dims col,
+  // col + 1) and 2 (4 kk + r) + 1 (dims col + 64, col + 65).
   std::uint32_t qf[KSteps][4];
   const float q_scale = kRope ? p.sm_scale_log2 * p.rope.query_scale : p.sm_scale_log2;
+  auto store_fragments = [&] {
+#pragma unroll
+    for (int kk = 0; kk < KSteps; ++kk)
+      q_frag[kk * kThreads + tid] = make_uint4(qf[kk][0], qf[kk][1], qf[kk][2], qf[kk][3]);
+  };
   // Prologue (the raw query landed): R(m) q * scale into q_pre (kRope), or q * scale into qf.
   auto prepare_query = [&] {
     const int ia = row_a / G;  // query offsets of the two rows from i_first (row_begin % G == 0)
@@ -691,13 +703,17 @@ __global__ void __launch_bounds__(kWgmmaPrefillThreads, 1)
         }
       }
     }
+    if constexpr (!kRope) store_fragments();
   };
-  // qf = R(-s) (R(m) q) for the segment whose cos/sin are in buffer `buf` (kRope only). Reads
-  // this thread's own q_pre entries: no barrier with the prologue that wrote them.
+  // q_frag = R(-s) (R(m) q) for the segment whose cos/sin are in buffer `buf` (kRope only).
+  // Reads and writes this thread's own entries: no barrier with the prologue. One k-step at a
+  // time (not unrolled): hoisting all its loads would raise the register count of the whole
+  // loop, for a path taken once per segment.
   auto build_query = [&](int buf) {
     const float2* cs = cs_seg + buf * kHalf;
-#pragma unroll
+#pragma unroll 1
     for (int kk = 0; kk < KSteps / 2; ++kk) {
+      std::uint32_t lo[4], hi[4];
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int col = 16 * kk + 2 * t4 + 8 * h;
@@ -708,13 +724,12 @@ __global__ void __launch_bounds__(kWgmmaPrefillThreads, 1)
           float2 y = q_pre[(2 * (4 * kk + r) + 1) * kThreads + tid];
           rotate_pair(x.x, y.x, make_float2(c.x, c.y));
           rotate_pair(x.y, y.y, make_float2(c.z, c.w));
-          qf[kk][r] = ptx::pack2<T>(x.x, x.y);
-          qf[kk + KSteps / 2][r] = ptx::pack2<T>(y.x, y.y);
+          lo[r] = ptx::pack2<T>(x.x, x.y);
+          hi[r] = ptx::pack2<T>(y.x, y.y);
         }
       }
-      // One k-step's loads at a time: hoisting all 40 would raise the kernel's register count
-      // (it is allocated for the whole loop) for a path taken once per segment.
-      asm volatile("" ::: "memory");
+      q_frag[kk * kThreads + tid] = make_uint4(lo[0], lo[1], lo[2], lo[3]);
+      q_frag[(kk + KSteps / 2) * kThreads + tid] = make_uint4(hi[0], hi[1], hi[2], hi[3]);
     }
   };
 
@@ -722,6 +737,11 @@ __global__ void __launch_bounds__(kWgmmaPrefillThreads, 1)
   // waited for).
   auto issue_qk = [&](float (&s)[32], int stage) {
     const std::uint32_t k_addr = ptx::smem_addr(stream.k_stage(stage));
+#pragma unroll
+    for (int kk = 0; kk < KSteps; ++kk) {
+      const uint4 f = q_frag[kk * kThreads + tid];
+      qf[kk][0] = f.x, qf[kk][1] = f.y, qf[kk][2] = f.z, qf[kk][3] = f.w;
+    }
     fence_operands(s);
     ptx::wgmma_fence();
 #pragma unroll
@@ -826,9 +846,10 @@ __global__ void __launch_bounds__(kWgmmaPrefillThreads, 1)
     ptx::fence_proxy_async_smem();
     __syncthreads();
     ti_n2 = stream.issue_info;  // tile_begin + kLead = + 2
-    stream.step(tile_begin, 0);  // into stage 2; the raw query in stage 3 is read below
-    prepare_query();
+    prepare_query();  // reads the raw query (stage 3) and the cos/sin tables (stage 2)
     if (kRope) build_query(0);
+    __syncthreads();
+    stream.step(tile_begin, 0);  // into stage 2
     issue_qk(s, 0);
     ptx::wgmma_wait<0>();
     fence_operands(s);
