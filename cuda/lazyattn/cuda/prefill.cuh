@@ -502,12 +502,13 @@ __global__ void __launch_bounds__(PrefillShape<D>::kThreads, PrefillShape<D>::kM
 //  - K/V: a ring of kWgmmaStages tiles loaded by cp.async (all threads) in the blocked
 //    128-byte-swizzle layout wgmma's descriptors read, issued two tiles ahead; one CTA barrier
 //    per tile.
-//  - Query: wgmma's A operand comes from registers (each thread's fragments). Once per CTA each
-//    thread rotates its own query elements to their absolute positions m (R(m) q, scaled, fp32)
-//    into shared memory; a segment starting at s then needs R(m - s) q = R(-s) (R(m) q): one
-//    cos/sin per rotary pair, the same for every row, and one rounding to 16 bits. A segment's
-//    query is built at the end of the iteration before its first S (no wgmma in flight), from
-//    the cos/sin of -s computed an iteration earlier into one of two buffers.
+//  - Query: wgmma's A operand comes from registers (each thread's fragments, kept in
+//    thread-private shared memory between S issues). Once per CTA each thread rotates its own
+//    query elements to their absolute positions m (R(m) q, scaled, fp32) into shared memory; a
+//    segment starting at s then needs R(m - s) q = R(-s) (R(m) q): one cos/sin per rotary pair,
+//    the same for every row, and one rounding to 16 bits. A new segment's query is built
+//    between the loops over two segments' tiles (no wgmma in flight; one warpgroup barrier), so
+//    the loop over a segment's tiles has no RoPE code.
 //  - Overlap inside a warpgroup (FlashAttention-3's order): S(j) and P(j-1) V(j-1) are issued
 //    back to back; tile j's softmax runs under P V; O is rescaled after the wait.
 //  Measured on the H200: docs/performance.md ("the Hopper kernel").
@@ -528,7 +529,7 @@ struct WgmmaPrefillShape {
   static constexpr int kQPre = kStages + kWgmmaStages * 2 * kTileBytes;
   // [8][kWgmmaPrefillThreads] uint4: thread t's A fragments of k-step kk at [kk][t] (32 KiB)
   static constexpr int kQFrag = kQPre + 32 * kWgmmaPrefillThreads * 8;
-  static constexpr int kCsSeg = kQFrag + 8 * kWgmmaPrefillThreads * 16;  // [2][64] float2: R(-s)
+  static constexpr int kCsSeg = kQFrag + 8 * kWgmmaPrefillThreads * 16;  // [wg][64] float2: R(-s)
   static constexpr int kTurns = kCsSeg + 2 * (D / 2) * 8;   // [64] Q0.64 angles per position
   static constexpr int kSmemBytes = kTurns + (D / 2) * 8;
   static_assert(kCsOff + 16 * (D / 2) * 8 <= kQRaw, "the cos/sin tables fit their ring stage");
@@ -632,18 +633,18 @@ __global__ void __launch_bounds__(kWgmmaPrefillThreads, 1)
   stream.prefetch_records(tile_begin, tid);
   stream.start(tile_begin);  // tiles begin .. begin + kLead - 1, one group each
 
-  // cos/sin of -s (segment start s) for every rotary pair, into buffer `buf`.
-  auto compute_seg = [&](std::int64_t seg_start, int buf) {
-    if (tid < kHalf) cs_seg[buf * kHalf + tid] = rope_cos_sin(-seg_start, s_turns[tid]);
+  // cos/sin of -s (segment start s) for every rotary pair, into this warpgroup's buffer (its
+  // first 64 threads; the caller syncs the warpgroup before anyone reads).
+  const int wg_tid = tid % 128;
+  auto compute_seg = [&](std::int64_t seg_start) {
+    if (wg_tid < kHalf) cs_seg[wg * kHalf + wg_tid] = rope_cos_sin(-seg_start, s_turns[wg_tid]);
   };
-  // Records of the tile this iteration computes, the one whose query it builds at its end, and
-  // the one after (rolling: each read a tile before it is needed, the last from the stream).
+  // Records of the tile the next iteration computes and the two after it (rolling: each read
+  // two tiles before it is needed, the last from the stream).
   TileInfo ti_cur = stream.info(tile_begin);
   TileInfo ti_next = stream.info(tile_begin + 1);
   TileInfo ti_n2;
-  int cs_latest = 0;                          // the buffer holding the newest cos/sin
-  std::int64_t cs_seg_start = ti_cur.seg_start;  // ... and its segment's start
-  std::int64_t q_seg_start = cs_seg_start;       // the segment the query in qf is built for
+  std::int64_t q_seg_start = ti_cur.seg_start;  // the segment the query in q_frag is built for
   if (kRope) {
     for (int i = tid; i < 16 * kHalf; i += kThreads) cs_off[i] = offset_cs[i];
     for (int j = tid; j < kHalf; j += kThreads) s_turns[j] = turns[j];
@@ -651,12 +652,7 @@ __global__ void __launch_bounds__(kWgmmaPrefillThreads, 1)
     const int coarse_rows = (kPrefillRows / G + 15) / 16;
     for (int i = tid; i < coarse_rows * kHalf; i += kThreads)
       cs_q[i] = rope_cos_sin(m_first + 16 * (i / kHalf), s_turns[i % kHalf]);
-    compute_seg(cs_seg_start, 0);
-    if (tile_begin + 1 < tile_end && ti_next.seg_start != cs_seg_start) {
-      cs_latest = 1;
-      cs_seg_start = ti_next.seg_start;
-      compute_seg(cs_seg_start, 1);
-    }
+    compute_seg(q_seg_start);  // read after the prologue's barrier
   }
 
   // This thread's query elements, as wgmma's A fragments (mma.sync's A layout): k-step kk,
@@ -705,12 +701,11 @@ __global__ void __launch_bounds__(kWgmmaPrefillThreads, 1)
     }
     if constexpr (!kRope) store_fragments();
   };
-  // q_frag = R(-s) (R(m) q) for the segment whose cos/sin are in buffer `buf` (kRope only).
-  // Reads and writes this thread's own entries: no barrier with the prologue. One k-step at a
-  // time (not unrolled): hoisting all its loads would raise the register count of the whole
-  // loop, for a path taken once per segment.
-  auto build_query = [&](int buf) {
-    const float2* cs = cs_seg + buf * kHalf;
+  // q_frag = R(-s) (R(m) q) for the segment whose cos/sin are in this warpgroup's buffer
+  // (kRope only). Reads and writes this thread's own entries: no barrier with the prologue. One
+  // k-step at a time (not unrolled): hoisting all its loads would raise the register count.
+  auto build_query = [&] {
+    const float2* cs = cs_seg + wg * kHalf;
 #pragma unroll 1
     for (int kk = 0; kk < KSteps / 2; ++kk) {
       std::uint32_t lo[4], hi[4];
@@ -822,22 +817,16 @@ __global__ void __launch_bounds__(kWgmmaPrefillThreads, 1)
 #pragma unroll
       for (int r = 0; r < 4; ++r) pa[kv][r] = ptx::pack2<T>(s[8 * kv + 2 * r], s[8 * kv + 2 * r + 1]);
   };
-  // End of tile j's iteration (no wgmma in flight): the query of tile j + 1 from the cos/sin
-  // computed at least one CTA barrier ago, then the cos/sin of tile j + 2 into the other buffer
-  // (whose last readers passed a barrier since, or `sync_first` makes them).
-  auto advance_query = [&](int tile, const TileInfo& ti_n1, const TileInfo& ti_n2,
-                           bool sync_first) {
-    if (!kRope) return;
-    if (tile + 1 < tile_end && ti_n1.seg_start != q_seg_start) {
-      build_query(cs_latest);
-      q_seg_start = ti_n1.seg_start;
-    }
-    if (tile + 2 < tile_end && ti_n2.seg_start != cs_seg_start) {
-      if (sync_first) __syncthreads();
-      cs_latest ^= 1;
-      cs_seg_start = ti_n2.seg_start;
-      compute_seg(cs_seg_start, cs_latest);
-    }
+  // Between two tiles of different segments (no wgmma in flight): the query for the segment
+  // starting at `seg_start`. Only here, outside the loop over a segment's tiles, which then has
+  // no RoPE code at all (with it, the RoPE build ran 5-15% slower per tile).
+  auto rebuild_query = [&](std::int64_t seg_start) {
+    compute_seg(seg_start);
+    if (wg == 0) ptx::named_barrier_sync<1, 128>();
+    else ptx::named_barrier_sync<2, 128>();
+    build_query();
+    q_seg_start = seg_start;
+    // The buffer's next writes come after the loop's next CTA barrier.
   };
 
   if (tile_begin < tile_end) {
@@ -847,7 +836,7 @@ __global__ void __launch_bounds__(kWgmmaPrefillThreads, 1)
     __syncthreads();
     ti_n2 = stream.issue_info;  // tile_begin + kLead = + 2
     prepare_query();  // reads the raw query (stage 3) and the cos/sin tables (stage 2)
-    if (kRope) build_query(0);
+    if (kRope) build_query();
     __syncthreads();
     stream.step(tile_begin, 0);  // into stage 2
     issue_qk(s, 0);
@@ -856,32 +845,35 @@ __global__ void __launch_bounds__(kWgmmaPrefillThreads, 1)
     float scale[2];
     softmax(ti_cur, scale);
     rescale_and_pack(scale);
-    // The build above read buffer 0, which the rows of tile_begin + 2 may take: sync first.
-    advance_query(tile_begin, ti_next, ti_n2, true);
   }
 
-  for (int tile = tile_begin + 1, it = 1; tile < tile_end; ++tile, ++it) {
-    // Tile landed (tile + 1 may be in flight); everyone is past tile - 1's iteration, so tile
-    // - 2's stage (read by P V of tile - 2 there) takes tile + 2.
-    ptx::cp_async_wait<kLead - 1>();
-    ptx::fence_proxy_async_smem();
-    __syncthreads();
-    ti_cur = ti_next;
-    ti_next = ti_n2;
-    ti_n2 = stream.issue_info;  // tile + 2, fetched a tile ago
-    stream.step(tile, it);
+  int tile = tile_begin + 1, it = 1;
+  while (tile < tile_end) {
+    // ti_next is tile's record: a new segment needs its query first.
+    if (kRope && ti_next.seg_start != q_seg_start) rebuild_query(ti_next.seg_start);
+    do {
+      // Tile landed (tile + 1 may be in flight); everyone is past tile - 1's iteration, so
+      // tile - 2's stage (read by P V of tile - 2 there) takes tile + 2.
+      ptx::cp_async_wait<kLead - 1>();
+      ptx::fence_proxy_async_smem();
+      __syncthreads();
+      ti_cur = ti_next;
+      ti_next = ti_n2;
+      ti_n2 = stream.issue_info;  // tile + 2, fetched a tile ago
+      stream.step(tile, it);
 
-    // S(tile) and P(tile - 1) V(tile - 1) back to back; the softmax of S runs under P V.
-    issue_qk(s, it % S);
-    issue_pv((it - 1) % S);
-    ptx::wgmma_wait<1>();
-    fence_operands(s);
-    float scale[2];
-    softmax(ti_cur, scale);
-    ptx::wgmma_wait<0>();
-    fence_operands(o);
-    rescale_and_pack(scale);
-    advance_query(tile, ti_next, ti_n2, false);
+      // S(tile) and P(tile - 1) V(tile - 1) back to back; the softmax of S runs under P V.
+      issue_qk(s, it % S);
+      issue_pv((it - 1) % S);
+      ptx::wgmma_wait<1>();
+      fence_operands(s);
+      float scale[2];
+      softmax(ti_cur, scale);
+      ptx::wgmma_wait<0>();
+      fence_operands(o);
+      rescale_and_pack(scale);
+      ++tile, ++it;
+    } while (tile < tile_end && (!kRope || ti_next.seg_start == q_seg_start));
   }
   if (tile_begin < tile_end) {  // the last tile's P V
     issue_pv((tile_end - 1 - tile_begin) % S);
