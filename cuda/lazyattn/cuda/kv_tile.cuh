@@ -150,6 +150,57 @@ struct TileStream {
     fetch_pages(issue_info, issue_pages);
     ahead_info = info(tile + kLead + 2);
   }
+
+  // Split lead (the wgmma prefill, whose iteration j reads K(j) and V(j - 1)): at iteration j,
+  // K(j + 2) and V(j + 1), one commit group, so a stage's V slot is refilled one iteration after
+  // its K slot. Every issue is predicated (tiles past the end zero-fill their free slots): no
+  // branch, so a warpgroup can pass the CTA barrier between its wgmma issue and wait.
+  // start_split issues K(begin) (group 1, which the caller's raw query joins) and K(begin + 1),
+  // V(begin) (group 2).
+  TileInfo v_info;  // the tile whose V the next step_split issues (its pages in v_pages)
+  int v_pages[kRowsPerThread];
+  // info() and fetch_pages() without branches (callers have tile_end > 0): past the end, the
+  // last tile's record with rows = 0, so its issues copy nothing.
+  __device__ TileInfo info_nb(int tile) const {
+    TileInfo t = tiles[min(tile, tile_end - 1)];
+    t.rows = tile < tile_end ? t.rows : 0;
+    return t;
+  }
+  __device__ void fetch_pages_nb(const TileInfo& ti, int (&pg)[kRowsPerThread]) const {
+#pragma unroll
+    for (int i = 0; i < kRowsPerThread; ++i) {
+      int r = min(row0 + i * kRowsPerPass, max(ti.rows - 1, 0));
+      pg[i] = page_ids[ti.page_base + ((ti.key0 + r) >> page_log2)];
+    }
+  }
+  __device__ void start_split(int begin) {
+    const TileInfo t0 = info_nb(begin);
+    int p0[kRowsPerThread];
+    fetch_pages_nb(t0, p0);
+    issue_one(k, t0, p0, k_stage(0));
+    ptx::cp_async_commit();
+    v_info = info_nb(begin + 1);
+    fetch_pages_nb(v_info, v_pages);
+    issue_one(k, v_info, v_pages, k_stage(1 % S));
+    issue_one(v, t0, p0, v_stage(0));
+    ptx::cp_async_commit();
+    issue_info = info_nb(begin + 2);
+    fetch_pages_nb(issue_info, issue_pages);
+    ahead_info = info_nb(begin + 3);
+  }
+  // At iteration `it` (tile `tile` = begin + it): K(tile + 2) into stage (it + 2) % S, V(tile +
+  // 1) into stage (it + 1) % S; then v_info is tile + 2's record.
+  __device__ void step_split(int tile, int it) {
+    issue_one(k, issue_info, issue_pages, k_stage((it + 2) % S));
+    issue_one(v, v_info, v_pages, v_stage((it + 1) % S));
+    ptx::cp_async_commit();
+    v_info = issue_info;
+#pragma unroll
+    for (int i = 0; i < kRowsPerThread; ++i) v_pages[i] = issue_pages[i];
+    issue_info = ahead_info;
+    fetch_pages_nb(issue_info, issue_pages);
+    ahead_info = info_nb(tile + 4);
+  }
 };
 
 

@@ -522,8 +522,8 @@ struct WgmmaPrefillShape {
   // last ring stage and the query's cos/sin tables in the one before (the K/V stream fills
   // those two after the prologue).
   static constexpr int kQRaw = kStages + (kWgmmaStages - 1) * 2 * kTileBytes;
-  static constexpr int kCsQ = kStages + (kWgmmaStages - 2) * 2 * kTileBytes;  // [8][64] float2:
-                                                            // R(m_first + 16a)
+  // [8][64] float2: R(m_first + 16a), in the V slot of the stage before
+  static constexpr int kCsQ = kStages + (kWgmmaStages - 2) * 2 * kTileBytes + kTileBytes;
   static constexpr int kCsOff = kCsQ + 8 * (D / 2) * 8;     // [16][64] float2: R(0 .. 15)
   // [32][kWgmmaPrefillThreads] float2: thread t's query elements R(m) q at [i][t] (64 KiB)
   static constexpr int kQPre = kStages + kWgmmaStages * 2 * kTileBytes;
@@ -532,7 +532,7 @@ struct WgmmaPrefillShape {
   static constexpr int kCsSeg = kQFrag + 8 * kWgmmaPrefillThreads * 16;  // [wg][64] float2: R(-s)
   static constexpr int kTurns = kCsSeg + 2 * (D / 2) * 8;   // [64] Q0.64 angles per position
   static constexpr int kSmemBytes = kTurns + (D / 2) * 8;
-  static_assert(kCsOff + 16 * (D / 2) * 8 <= kQRaw, "the cos/sin tables fit their ring stage");
+  static_assert(kCsOff + 16 * (D / 2) * 8 <= kQRaw, "the cos/sin tables fit their V slot");
   static_assert(kPrefillRows * D * 2 == 2 * kTileBytes, "the raw query fills one ring stage");
 };
 
@@ -622,16 +622,15 @@ __global__ void __launch_bounds__(kWgmmaPrefillThreads, 1)
     }
   }
 
-  // K/V ring: tile j's iteration reads K(j) and V(j - 1) (P(j - 1) V(j - 1) runs under tile j's
-  // softmax), so tile j + 2 goes into the stage tile j - 2 left; the last stage holds the raw
-  // query until the prologue has read it.
-  constexpr int kLead = S - 2;
-  static_assert(kLead == 2, "the rolling tile records below take tile + 2 from the stream");
-  using Stream = TileStream<T, D, kThreads, S, true, kLead>;
+  // K/V ring of S stages: tile j's iteration reads K(j) and V(j - 1) (P(j - 1) V(j - 1) runs
+  // under tile j's softmax). TileStream's split lead: K two tiles ahead, V one. Until the
+  // prologue has read them, the raw query lies in stage 3, the cos/sin tables in stage 2's V.
+  static_assert(S == 4, "the split lead and the prologue's staging assume four stages");
+  using Stream = TileStream<T, D, kThreads, S, true>;
   Stream stream = Stream::for_head(p, kv_head, tile_end, tid,
                                    reinterpret_cast<T*>(smem + Shape::kStages));
   stream.prefetch_records(tile_begin, tid);
-  stream.start(tile_begin);  // tiles begin .. begin + kLead - 1, one group each
+  stream.start_split(tile_begin);
 
   // cos/sin of -s (segment start s) for every rotary pair, into this warpgroup's buffer (its
   // first 64 threads; the caller syncs the warpgroup before anyone reads).
@@ -829,62 +828,75 @@ __global__ void __launch_bounds__(kWgmmaPrefillThreads, 1)
     // The buffer's next writes come after the loop's next CTA barrier.
   };
 
-  if (tile_begin < tile_end) {
-    // ---- tile_begin: its K (and the raw query) landed; S, softmax; no P V yet ---------------
-    ptx::cp_async_wait<kLead - 1>();
+  // ---- the tile loop, ping-pong between the warpgroups ----------------------------------------
+  // CTA barrier B(t): every thread's loads of K(t) and V(t - 1) (issued at B(t - 2)) landed;
+  // then K(t + 2) and V(t + 1) are issued (stage slots no in-flight wgmma of either warpgroup
+  // reads, given where each passes the barrier). Warpgroup 0 passes B(t) before issuing tile
+  // t's S and P V; warpgroup 1 passes B(t + 1) right after issuing them. So one warpgroup's
+  // wgmmas run while the other computes its softmax (FlashAttention-3's ping-pong), with one
+  // CTA barrier per tile.
+  // Barrier 3 over the whole CTA (1 and 2 are the warpgroups' own).
+  auto barrier_step = [&](int tile, int it) {
+    ptx::cp_async_wait<1>();
     ptx::fence_proxy_async_smem();
-    __syncthreads();
-    ti_n2 = stream.issue_info;  // tile_begin + kLead = + 2
-    prepare_query();  // reads the raw query (stage 3) and the cos/sin tables (stage 2)
+    ptx::named_barrier_sync<3, kThreads>();
+    stream.step_split(tile, it);
+  };
+  auto run = [&](auto late) {
+    constexpr bool kLate = decltype(late)::value;  // warpgroup 1
+    // ---- tile_begin: S, softmax; no P V yet ----------------------------------------------------
+    ptx::cp_async_wait<1>();  // the raw query and K(tile_begin)
+    ptx::fence_proxy_async_smem();
+    ptx::named_barrier_sync<3, kThreads>();  // B(tile_begin)
+    stream.step_split(tile_begin, 0);
+    ti_n2 = stream.v_info;  // tile_begin + 2
+    prepare_query();  // reads the raw query (stage 3) and the cos/sin tables (stage 2's V slot)
     if (kRope) build_query();
-    __syncthreads();
-    stream.step(tile_begin, 0);  // into stage 2
     issue_qk(s, 0);
+    if constexpr (kLate) barrier_step(tile_begin + 1, 1);  // after everyone's prepare_query
     ptx::wgmma_wait<0>();
     fence_operands(s);
     float scale[2];
     softmax(ti_cur, scale);
     rescale_and_pack(scale);
-  }
 
-  // Runs of tiles of one segment; between two runs (no wgmma in flight), the next segment's
-  // query. The loop over a run has no RoPE code and counts to a bound known at its start (a
-  // per-tile segment test in the loop cost 3-8% per tile on the H200).
-  int tile = tile_begin + 1, it = 1;
-  while (tile < tile_end) {
-    int run_end = tile_end;
-    if (kRope) {  // ti_next is tile's record
-      const int seg_length = p.plan.segment_length[ti_next.segment];  // lands during the rebuild
-      if (ti_next.seg_start != q_seg_start) rebuild_query(ti_next.seg_start);
-      run_end = min(tile_end, tile + (seg_length - ti_next.key0 + kTileKeys - 1) / kTileKeys);
+    // Runs of tiles of one segment; between two runs (no wgmma in flight), the next segment's
+    // query. The loop over a run has no RoPE code and counts to a bound known at its start (a
+    // per-tile segment test in the loop cost 3-8% per tile on the H200).
+    int tile = tile_begin + 1, it = 1;
+    while (tile < tile_end) {
+      int run_end = tile_end;
+      if (kRope) {  // ti_next is tile's record
+        const int seg_length = p.plan.segment_length[ti_next.segment];  // lands during the rebuild
+        if (ti_next.seg_start != q_seg_start) rebuild_query(ti_next.seg_start);
+        run_end = min(tile_end, tile + (seg_length - ti_next.key0 + kTileKeys - 1) / kTileKeys);
+      }
+      for (; tile < run_end; ++tile, ++it) {
+        if constexpr (!kLate) barrier_step(tile, it);
+        ti_cur = ti_next;
+        ti_next = ti_n2;
+        ti_n2 = stream.v_info;  // tile + 2, fetched two tiles ago
+        // S(tile) and P(tile - 1) V(tile - 1) back to back; the softmax of S runs under P V.
+        issue_qk(s, it % S);
+        issue_pv((it - 1) % S);
+        if constexpr (kLate) barrier_step(tile + 1, it + 1);
+        ptx::wgmma_wait<1>();
+        fence_operands(s);
+        softmax(ti_cur, scale);
+        ptx::wgmma_wait<0>();
+        fence_operands(o);
+        rescale_and_pack(scale);
+      }
     }
-    for (; tile < run_end; ++tile, ++it) {
-      // Tile landed (tile + 1 may be in flight); everyone is past tile - 1's iteration, so
-      // tile - 2's stage (read by P V of tile - 2 there) takes tile + 2.
-      ptx::cp_async_wait<kLead - 1>();
-      ptx::fence_proxy_async_smem();
-      __syncthreads();
-      ti_cur = ti_next;
-      ti_next = ti_n2;
-      ti_n2 = stream.issue_info;  // tile + 2, fetched a tile ago
-      stream.step(tile, it);
-
-      // S(tile) and P(tile - 1) V(tile - 1) back to back; the softmax of S runs under P V.
-      issue_qk(s, it % S);
-      issue_pv((it - 1) % S);
-      ptx::wgmma_wait<1>();
-      fence_operands(s);
-      float scale[2];
-      softmax(ti_cur, scale);
-      ptx::wgmma_wait<0>();
-      fence_operands(o);
-      rescale_and_pack(scale);
-    }
-  }
-  if (tile_begin < tile_end) {  // the last tile's P V
-    issue_pv((tile_end - 1 - tile_begin) % S);
+    // B(tile_end): warpgroup 1 passed it in its last iteration (or the prologue).
+    if constexpr (!kLate) barrier_step(tile_end, tile_end - tile_begin);
+    issue_pv((tile_end - 1 - tile_begin) % S);  // the last tile's P V (its V landed at B(end))
     ptx::wgmma_wait<0>();
     fence_operands(o);
+  };
+  if (tile_begin < tile_end) {
+    if (wg == 0) run(std::false_type{});
+    else run(std::true_type{});
   }
   ptx::cp_async_wait<0>();
 
