@@ -92,9 +92,8 @@ def prefill_table(ours, peers):
         peer_ratios(r, tf, us, "local", "local", "rope_off")
         if "raw" in us and "rope_off" in us:
             r["rope_overhead_raw"] = us["raw"] / us["rope_off"] - 1.0
-        # The Hopper kernel (builds with LAZYATTN_EXPERIMENTAL_WGMMA), both query operands.
+        # The Hopper kernel (builds with LAZYATTN_EXPERIMENTAL_WGMMA).
         peer_ratios(r, tf, us, "local_wgmma", "wgmma", "rope_off_wgmma")
-        peer_ratios(r, tf, us, "local_wgmma_smem", "wgmma_smem", "rope_off_wgmma_smem")
         out.append(r)
     return out
 
@@ -112,20 +111,15 @@ def prefill_markdown(rows, meta):
                      f"{fmt(r.get('local_vs_cudnn'))}x | {fmt(r.get('rope_overhead_local'), '{:+.1%}')} / "
                      f"{fmt(r.get('rope_overhead_raw'), '{:+.1%}')} |")
     if any("local_wgmma" in r["ours_tflops"] for r in rows):
-        lines += ["", "Hopper kernel (wgmma, LAZYATTN_EXPERIMENTAL_WGMMA), same call; query operand "
-                  "from registers (regs) or shared memory (smem):", "",
-                  "| shape | local regs | RoPE off regs | local smem | RoPE off smem | "
-                  "local regs / flash | local regs / cuDNN | RoPE overhead regs / smem |",
-                  "|---|---|---|---|---|---|---|---|"]
+        lines += ["", "Hopper kernel (wgmma, LAZYATTN_EXPERIMENTAL_WGMMA), same call:", "",
+                  "| shape | local | RoPE off | local / flash | local / cuDNN | RoPE overhead |",
+                  "|---|---|---|---|---|---|"]
         for r in rows:
             tf = r["ours_tflops"]
             lines.append(f"| {r['shape']} | {fmt(tf.get('local_wgmma'), '{:.0f}')} | "
                          f"{fmt(tf.get('rope_off_wgmma'), '{:.0f}')} | "
-                         f"{fmt(tf.get('local_wgmma_smem'), '{:.0f}')} | "
-                         f"{fmt(tf.get('rope_off_wgmma_smem'), '{:.0f}')} | "
                          f"{fmt(r.get('wgmma_vs_flash'))}x | {fmt(r.get('wgmma_vs_cudnn'))}x | "
-                         f"{fmt(r.get('rope_overhead_wgmma'), '{:+.1%}')} / "
-                         f"{fmt(r.get('rope_overhead_wgmma_smem'), '{:+.1%}')} |")
+                         f"{fmt(r.get('rope_overhead_wgmma'), '{:+.1%}')} |")
     return "\n".join(lines) + "\n"
 
 

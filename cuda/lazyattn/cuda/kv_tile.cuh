@@ -32,10 +32,8 @@ __device__ __forceinline__ int blocked_swizzle(int row, int chunk) {
 
 // A ring of S stages, each a K tile then a V tile of [kTileKeys][D] elements. One object per
 // thread; its rolling registers hold the record and page ids of the next tiles to issue.
-// kBlocked: tiles in blocked_swizzle layout (wgmma) instead of swizzle's. kLead: tiles in flight
-// ahead of the one being computed (S - 1: the consumer is done with tile - 1's stage when it
-// waits for tile; S - 2: it still reads tile - 1's V during tile's iteration).
-template <class T, int D, int kThreads, int S, bool kBlocked = false, int kLead = S - 1>
+// kBlocked: tiles in blocked_swizzle layout (wgmma) instead of swizzle's.
+template <class T, int D, int kThreads, int S, bool kBlocked = false>
 struct TileStream {
   static constexpr int kChunks = D / 8;  // 16-byte chunks per row
   static constexpr int kRowsPerPass = kThreads / kChunks;
@@ -43,7 +41,6 @@ struct TileStream {
   static constexpr int kTileElems = kTileKeys * D;
   static constexpr int kStageBytes = 2 * kTileElems * static_cast<int>(sizeof(T));
   static_assert(kThreads % kChunks == 0 && kTileKeys % kRowsPerPass == 0, "tile loader shape");
-  static_assert(kLead >= 0 && kLead < S, "tiles ahead must leave the current one its stage");
 
   const TileInfo* tiles;
   const std::int32_t* page_ids;
@@ -125,30 +122,30 @@ struct TileStream {
       asm volatile("prefetch.global.L2 [%0];" ::"l"(a));
   }
 
-  // Issues tiles begin .. begin + kLead - 1 (one commit group each, empty past the end) and
-  // fetches what the first step() issues.
+  // Issues tiles begin .. begin + S - 2 (one commit group each, empty past the end) and fetches
+  // what the first step() issues.
   __device__ void start(int begin) {
 #pragma unroll
-    for (int s = 0; s < kLead; ++s) {
+    for (int s = 0; s < S - 1; ++s) {
       TileInfo ti = info(begin + s);
       int pg[kRowsPerThread];
       fetch_pages(ti, pg);
       if (begin + s < tile_end) issue(ti, pg, s);
       ptx::cp_async_commit();
     }
-    issue_info = info(begin + kLead);
+    issue_info = info(begin + S - 1);
     fetch_pages(issue_info, issue_pages);
-    ahead_info = info(begin + kLead + 1);
+    ahead_info = info(begin + S);
   }
 
-  // At iteration `it` (tile `tile` = begin + it, already waited for): issues tile + kLead into
-  // stage (it + kLead) % S (kLead = S - 1: the one tile - 1 used), commits, and fetches ahead.
+  // At iteration `it` (tile `tile` = begin + it, already waited for): issues tile + S - 1 into the
+  // stage tile `tile - 1` used, commits, and fetches ahead.
   __device__ void step(int tile, int it) {
-    if (tile + kLead < tile_end) issue(issue_info, issue_pages, (it + kLead) % S);
+    if (tile + S - 1 < tile_end) issue(issue_info, issue_pages, (it + S - 1) % S);
     ptx::cp_async_commit();
     issue_info = ahead_info;
     fetch_pages(issue_info, issue_pages);
-    ahead_info = info(tile + kLead + 2);
+    ahead_info = info(tile + S + 1);
   }
 
   // Split lead (the wgmma prefill, whose iteration j reads K(j) and V(j - 1)): at iteration j,

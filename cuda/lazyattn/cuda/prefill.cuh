@@ -500,8 +500,8 @@ __global__ void __launch_bounds__(PrefillShape<D>::kThreads, PrefillShape<D>::kM
 // dim 128, 16-bit, local form with full rotate-half rotary dims (the launcher rejects anything
 // else, naming it). Two warpgroups own 64 query rows each of the CTA's 128.
 //  - K/V: a ring of kWgmmaStages tiles loaded by cp.async (all threads) in the blocked
-//    128-byte-swizzle layout wgmma's descriptors read, issued two tiles ahead; one CTA barrier
-//    per tile.
+//    128-byte-swizzle layout wgmma's descriptors read; K issued two tiles ahead, V one; one CTA
+//    barrier per tile.
 //  - Query: wgmma's A operand comes from registers (each thread's fragments, kept in
 //    thread-private shared memory between S issues). Once per CTA each thread rotates its own
 //    query elements to their absolute positions m (R(m) q, scaled, fp32) into shared memory; a
@@ -511,6 +511,9 @@ __global__ void __launch_bounds__(PrefillShape<D>::kThreads, PrefillShape<D>::kM
 //    the loop over a segment's tiles has no RoPE code.
 //  - Overlap inside a warpgroup (FlashAttention-3's order): S(j) and P(j-1) V(j-1) are issued
 //    back to back; tile j's softmax runs under P V; O is rescaled after the wait.
+//  - Overlap between the warpgroups (FlashAttention-3's ping-pong): warpgroup 0 passes tile
+//    j's CTA barrier before issuing its wgmmas, warpgroup 1 right after issuing them, so one's
+//    softmax runs while the other's wgmmas do.
 //  Measured on the H200: docs/performance.md ("the Hopper kernel").
 inline constexpr int kWgmmaPrefillThreads = 256;
 inline constexpr int kWgmmaStages = 4;
@@ -529,7 +532,8 @@ struct WgmmaPrefillShape {
   static constexpr int kQPre = kStages + kWgmmaStages * 2 * kTileBytes;
   // [8][kWgmmaPrefillThreads] uint4: thread t's A fragments of k-step kk at [kk][t] (32 KiB)
   static constexpr int kQFrag = kQPre + 32 * kWgmmaPrefillThreads * 8;
-  static constexpr int kCsSeg = kQFrag + 8 * kWgmmaPrefillThreads * 16;  // [wg][64] float2: R(-s)
+  // [wg][64] float2: R(-s) for the segment being built
+  static constexpr int kCsSeg = kQFrag + 8 * kWgmmaPrefillThreads * 16;
   static constexpr int kTurns = kCsSeg + 2 * (D / 2) * 8;   // [64] Q0.64 angles per position
   static constexpr int kSmemBytes = kTurns + (D / 2) * 8;
   static_assert(kCsOff + 16 * (D / 2) * 8 <= kQRaw, "the cos/sin tables fit their V slot");
@@ -630,7 +634,8 @@ __global__ void __launch_bounds__(kWgmmaPrefillThreads, 1)
   Stream stream = Stream::for_head(p, kv_head, tile_end, tid,
                                    reinterpret_cast<T*>(smem + Shape::kStages));
   stream.prefetch_records(tile_begin, tid);
-  stream.start_split(tile_begin);
+  if (tile_begin < tile_end) stream.start_split(tile_begin);
+  else ptx::cp_async_commit();  // the raw query's copies, waited for at the end
 
   // cos/sin of -s (segment start s) for every rotary pair, into this warpgroup's buffer (its
   // first 64 threads; the caller syncs the warpgroup before anyone reads).
@@ -685,9 +690,10 @@ __global__ void __launch_bounds__(kWgmmaPrefillThreads, 1)
         x.x *= q_scale, x.y *= q_scale, y.x *= q_scale, y.y *= q_scale;
         if constexpr (kRope) {
           const int i = (r & 1) ? ib : ia;
-          const float2 c0 = combine_angles(cs_q[(i >> 4) * kHalf + col], cs_off[(i & 15) * kHalf + col]);
-          const float2 c1 =
-              combine_angles(cs_q[(i >> 4) * kHalf + col + 1], cs_off[(i & 15) * kHalf + col + 1]);
+          const float2* coarse = cs_q + (i >> 4) * kHalf + col;
+          const float2* fine = cs_off + (i & 15) * kHalf + col;
+          const float2 c0 = combine_angles(coarse[0], fine[0]);
+          const float2 c1 = combine_angles(coarse[1], fine[1]);
           rotate_pair(x.x, y.x, c0);
           rotate_pair(x.y, y.y, c1);
           q_pre[(2 * (4 * kk + r)) * kThreads + tid] = x;
@@ -814,7 +820,8 @@ __global__ void __launch_bounds__(kWgmmaPrefillThreads, 1)
 #pragma unroll
     for (int kv = 0; kv < 4; ++kv)
 #pragma unroll
-      for (int r = 0; r < 4; ++r) pa[kv][r] = ptx::pack2<T>(s[8 * kv + 2 * r], s[8 * kv + 2 * r + 1]);
+      for (int r = 0; r < 4; ++r)
+        pa[kv][r] = ptx::pack2<T>(s[8 * kv + 2 * r], s[8 * kv + 2 * r + 1]);
   };
   // Between two tiles of different segments (no wgmma in flight): the query for the segment
   // starting at `seg_start`. Only here, outside the loop over a segment's tiles, which then has
