@@ -826,13 +826,17 @@ __global__ void __launch_bounds__(kWgmmaPrefillThreads, 1)
   // Between two tiles of different segments (no wgmma in flight): the query for the segment
   // starting at `seg_start`. Only here, outside the loop over a segment's tiles, which then has
   // no RoPE code at all (with it, the RoPE build ran 5-15% slower per tile).
-  auto rebuild_query = [&](std::int64_t seg_start) {
-    compute_seg(seg_start);
+  auto wg_barrier = [&] {
     if (wg == 0) ptx::named_barrier_sync<1, 128>();
     else ptx::named_barrier_sync<2, 128>();
+  };
+  auto rebuild_query = [&](std::int64_t seg_start) {
+    wg_barrier();  // the last build's reads of the buffer are done (warpgroup 0 passes no CTA
+                   // barrier between the prologue's build and the first run)
+    compute_seg(seg_start);
+    wg_barrier();
     build_query();
     q_seg_start = seg_start;
-    // The buffer's next writes come after the loop's next CTA barrier.
   };
 
   // ---- the tile loop, ping-pong between the warpgroups ----------------------------------------
