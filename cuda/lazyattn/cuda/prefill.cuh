@@ -562,7 +562,7 @@ __global__ void __launch_bounds__(kWgmmaPrefillThreads, 1)
   T* q_raw = reinterpret_cast<T*>(smem + Shape::kQRaw);
   float2* q_pre = reinterpret_cast<float2*>(smem + Shape::kQPre);
   uint4* q_frag = reinterpret_cast<uint4*>(smem + Shape::kQFrag);
-  float2* cs_seg = reinterpret_cast<float2*>(smem + Shape::kCsSeg);  // [2][pair]
+  float2* cs_seg = reinterpret_cast<float2*>(smem + Shape::kCsSeg);  // [wg][pair]
   float2* cs_q = reinterpret_cast<float2*>(smem + Shape::kCsQ);      // [8][pair]
   float2* cs_off = reinterpret_cast<float2*>(smem + Shape::kCsOff);  // [16][pair]
   std::uint64_t* s_turns = reinterpret_cast<std::uint64_t*>(smem + Shape::kTurns);
