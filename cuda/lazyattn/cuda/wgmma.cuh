@@ -59,23 +59,30 @@ __device__ __forceinline__ void fence_proxy_async_smem() {
 #define LAZYATTN_WGMMA_D64 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}"
 #define LAZYATTN_WGMMA_OUT32 "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
 #define LAZYATTN_WGMMA_OUT64 "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-// One wgmma with A from shared memory: D = %0.., then desc_a %N, desc_b %N+1, accumulate %N+2,
-// trans-b %N+3 (an immediate). The element type is part of the opcode, hence one statement each.
-#define LAZYATTN_WGMMA_SS(SHAPE, TYPE, DREGS, OUTS, A, B, ACC, TB)                             \
+// One wgmma with A from shared memory: D = %0.. (W accumulators: 32 or 64), then desc_a %N,
+// desc_b %N+1, accumulate %N+2, trans-b %N+3 (an immediate).
+#define LAZYATTN_WGMMA_SS(SHAPE, TYPE, W, A, B, ACC, TB)                                      \
   asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" ACC ", 0;\n"                            \
-               "wgmma.mma_async.sync.aligned." SHAPE ".f32." TYPE "." TYPE " " DREGS         \
-               ", %" A ", %" B ", p, 1, 1, 0, %" TB ";\n}\n"                                 \
-               : OUTS                                                                       \
+               "wgmma.mma_async.sync.aligned." SHAPE ".f32." TYPE "." TYPE " "                \
+               LAZYATTN_WGMMA_D##W ", %" A ", %" B ", p, 1, 1, 0, %" TB ";\n}\n"             \
+               : LAZYATTN_WGMMA_OUT##W                                                       \
                : "l"(desc_a), "l"(desc_b), "r"(accumulate), "n"(kTransB ? 1 : 0))
 // The same with A from registers: a[0..3] at %N..%N+3, desc_b %N+4, accumulate %N+5, trans-b
 // %N+6 (registers A has no transpose).
-#define LAZYATTN_WGMMA_RS(SHAPE, TYPE, DREGS, OUTS, A0, A1, A2, A3, B, ACC, TB)                 \
+#define LAZYATTN_WGMMA_RS(SHAPE, TYPE, W, A0, A1, A2, A3, B, ACC, TB)                          \
   asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" ACC ", 0;\n"                            \
-               "wgmma.mma_async.sync.aligned." SHAPE ".f32." TYPE "." TYPE " " DREGS         \
-               ", {%" A0 ", %" A1 ", %" A2 ", %" A3 "}, %" B ", p, 1, 1, %" TB ";\n}\n"       \
-               : OUTS                                                                       \
+               "wgmma.mma_async.sync.aligned." SHAPE ".f32." TYPE "." TYPE " "                \
+               LAZYATTN_WGMMA_D##W ", {%" A0 ", %" A1 ", %" A2 ", %" A3 "}, %" B             \
+               ", p, 1, 1, %" TB ";\n}\n"                                                    \
+               : LAZYATTN_WGMMA_OUT##W                                                       \
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate),  \
                  "n"(kTransB ? 1 : 0))
+// FORM for T's element type: the type is part of the opcode string, so bf16 and f16 each get
+// their own asm statement.
+#define LAZYATTN_WGMMA_TYPED(FORM, SHAPE, ...)                                                \
+  static_assert(std::is_same_v<T, __nv_bfloat16> || std::is_same_v<T, __half>, "16-bit inputs"); \
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) FORM(SHAPE, "bf16", __VA_ARGS__);            \
+  else FORM(SHAPE, "f16", __VA_ARGS__)
 
 // D[64 x 64] (+)= A[64 x 16] B[16 x 64] for one warpgroup, fp32 accumulators (d: this thread's
 // 32, in the accumulator layout above). A and B from shared memory descriptors; kTransB: B is
@@ -83,54 +90,33 @@ __device__ __forceinline__ void fence_proxy_async_smem() {
 template <class T, bool kTransB>
 __device__ __forceinline__ void wgmma_ss_m64n64k16(float (&d)[32], std::uint64_t desc_a,
                                                    std::uint64_t desc_b, int accumulate) {
-  static_assert(std::is_same_v<T, __nv_bfloat16> || std::is_same_v<T, __half>, "16-bit inputs");
-  if constexpr (std::is_same_v<T, __nv_bfloat16>)
-    LAZYATTN_WGMMA_SS("m64n64k16", "bf16", LAZYATTN_WGMMA_D32, LAZYATTN_WGMMA_OUT32,
-                     "32", "33", "34", "35");
-  else
-    LAZYATTN_WGMMA_SS("m64n64k16", "f16", LAZYATTN_WGMMA_D32, LAZYATTN_WGMMA_OUT32,
-                     "32", "33", "34", "35");
+  LAZYATTN_WGMMA_TYPED(LAZYATTN_WGMMA_SS, "m64n64k16", 32, "32", "33", "34", "35");
 }
 
 // The same with A from registers (the mma.sync A layout of each warp's 16 rows).
 template <class T, bool kTransB>
 __device__ __forceinline__ void wgmma_rs_m64n64k16(float (&d)[32], const std::uint32_t (&a)[4],
                                                    std::uint64_t desc_b, int accumulate) {
-  static_assert(std::is_same_v<T, __nv_bfloat16> || std::is_same_v<T, __half>, "16-bit inputs");
-  if constexpr (std::is_same_v<T, __nv_bfloat16>)
-    LAZYATTN_WGMMA_RS("m64n64k16", "bf16", LAZYATTN_WGMMA_D32, LAZYATTN_WGMMA_OUT32,
-                     "32", "33", "34", "35", "36", "37", "38");
-  else
-    LAZYATTN_WGMMA_RS("m64n64k16", "f16", LAZYATTN_WGMMA_D32, LAZYATTN_WGMMA_OUT32,
-                     "32", "33", "34", "35", "36", "37", "38");
+  LAZYATTN_WGMMA_TYPED(LAZYATTN_WGMMA_RS, "m64n64k16", 32, "32", "33", "34", "35", "36", "37",
+                       "38");
 }
 
 // N = 128 (64 accumulators per thread), A from shared memory.
 template <class T, bool kTransB>
 __device__ __forceinline__ void wgmma_ss_m64n128k16(float (&d)[64], std::uint64_t desc_a,
                                                     std::uint64_t desc_b, int accumulate) {
-  static_assert(std::is_same_v<T, __nv_bfloat16> || std::is_same_v<T, __half>, "16-bit inputs");
-  if constexpr (std::is_same_v<T, __nv_bfloat16>)
-    LAZYATTN_WGMMA_SS("m64n128k16", "bf16", LAZYATTN_WGMMA_D64, LAZYATTN_WGMMA_OUT64,
-                     "64", "65", "66", "67");
-  else
-    LAZYATTN_WGMMA_SS("m64n128k16", "f16", LAZYATTN_WGMMA_D64, LAZYATTN_WGMMA_OUT64,
-                     "64", "65", "66", "67");
+  LAZYATTN_WGMMA_TYPED(LAZYATTN_WGMMA_SS, "m64n128k16", 64, "64", "65", "66", "67");
 }
 
 // N = 128, A from registers.
 template <class T, bool kTransB>
 __device__ __forceinline__ void wgmma_rs_m64n128k16(float (&d)[64], const std::uint32_t (&a)[4],
                                                     std::uint64_t desc_b, int accumulate) {
-  static_assert(std::is_same_v<T, __nv_bfloat16> || std::is_same_v<T, __half>, "16-bit inputs");
-  if constexpr (std::is_same_v<T, __nv_bfloat16>)
-    LAZYATTN_WGMMA_RS("m64n128k16", "bf16", LAZYATTN_WGMMA_D64, LAZYATTN_WGMMA_OUT64,
-                     "64", "65", "66", "67", "68", "69", "70");
-  else
-    LAZYATTN_WGMMA_RS("m64n128k16", "f16", LAZYATTN_WGMMA_D64, LAZYATTN_WGMMA_OUT64,
-                     "64", "65", "66", "67", "68", "69", "70");
+  LAZYATTN_WGMMA_TYPED(LAZYATTN_WGMMA_RS, "m64n128k16", 64, "64", "65", "66", "67", "68", "69",
+                       "70");
 }
 
+#undef LAZYATTN_WGMMA_TYPED
 #undef LAZYATTN_WGMMA_RS
 #undef LAZYATTN_WGMMA_SS
 #undef LAZYATTN_WGMMA_OUT64
