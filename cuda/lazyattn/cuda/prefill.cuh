@@ -667,6 +667,10 @@ __global__ void __launch_bounds__(kWgmmaPrefillThreads, 1)
   // col + 1) and 2 (4 kk + r) + 1 (dims col + 64, col + 65).
   std::uint32_t qf[KSteps][4];
   const float q_scale = kRope ? p.sm_scale_log2 * p.rope.query_scale : p.sm_scale_log2;
+  // q_pre entry of fragment (kk, r): dims col, col + 1 (hi = 0) or col + 64, col + 65 (hi = 1).
+  auto q_pre_at = [&](int kk, int r, int hi) -> float2& {
+    return q_pre[(2 * (4 * kk + r) + hi) * kThreads + tid];
+  };
   auto store_fragments = [&] {
 #pragma unroll
     for (int kk = 0; kk < KSteps; ++kk)
@@ -696,8 +700,8 @@ __global__ void __launch_bounds__(kWgmmaPrefillThreads, 1)
           const float2 c1 = combine_angles(coarse[1], fine[1]);
           rotate_pair(x.x, y.x, c0);
           rotate_pair(x.y, y.y, c1);
-          q_pre[(2 * (4 * kk + r)) * kThreads + tid] = x;
-          q_pre[(2 * (4 * kk + r) + 1) * kThreads + tid] = y;
+          q_pre_at(kk, r, 0) = x;
+          q_pre_at(kk, r, 1) = y;
         } else {
           qf[kk][r] = ptx::pack2<T>(x.x, x.y);
           qf[kk + KSteps / 2][r] = ptx::pack2<T>(y.x, y.y);
@@ -720,8 +724,8 @@ __global__ void __launch_bounds__(kWgmmaPrefillThreads, 1)
         const float4 c = *reinterpret_cast<const float4*>(cs + col);  // pairs col, col + 1
 #pragma unroll
         for (int r = 2 * h; r < 2 * h + 2; ++r) {
-          float2 x = q_pre[(2 * (4 * kk + r)) * kThreads + tid];
-          float2 y = q_pre[(2 * (4 * kk + r) + 1) * kThreads + tid];
+          float2 x = q_pre_at(kk, r, 0);
+          float2 y = q_pre_at(kk, r, 1);
           rotate_pair(x.x, y.x, make_float2(c.x, c.y));
           rotate_pair(x.y, y.y, make_float2(c.z, c.w));
           lo[r] = ptx::pack2<T>(x.x, x.y);
@@ -856,11 +860,8 @@ __global__ void __launch_bounds__(kWgmmaPrefillThreads, 1)
   auto run = [&](auto late) {
     constexpr bool kLate = decltype(late)::value;  // warpgroup 1
     // ---- tile_begin: S, softmax; no P V yet ----------------------------------------------------
-    ptx::cp_async_wait<1>();  // the raw query and K(tile_begin)
-    ptx::fence_proxy_async_smem();
-    ptx::named_barrier_sync<3, kThreads>();  // B(tile_begin)
-    stream.step_split(tile_begin, 0);
-    ti_n2 = stream.v_info;  // tile_begin + 2
+    barrier_step(tile_begin, 0);  // the raw query and K(tile_begin) landed
+    ti_n2 = stream.v_info;        // tile_begin + 2
     prepare_query();  // reads the raw query (stage 3) and the cos/sin tables (stage 2's V slot)
     if (kRope) build_query();
     issue_qk(s, 0);
