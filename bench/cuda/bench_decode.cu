@@ -6,9 +6,18 @@
 //           raw       deferred RoPE, keys stored raw (rotated in registers at their positions)
 //           rope_off  the same kernel without RoPE (pre-rotated keys): our own no-RoPE peer
 //           reencode  Block-Attention's copy: every document re-rotated into private pages
+//           local_pdl local, launched with programmatic dependent launch (DecodeArgs::pdl): each
+//                     call's index loads overlap the previous call's tail
 //   shapes: batch x context in {1x32768, 16x16384, 64x4096, 128x8192}, each request one document
 //           of context - 32 tokens and a 32-token tail; and "rag": 5 documents x 2048 tokens at
 //           shuffled starts + 32-token tail, against "single": one segment of the same length.
+//
+// Environment (studies, not the protocol): LAZYATTN_BENCH_SHAPES="1x2112,1x10272r" replaces the
+// shapes (r: the rag layout); LAZYATTN_BENCH_SPLITS=N forces N splits per request;
+// LAZYATTN_BENCH_SHUFFLE_PAGES=1 permutes the plan's pages over the pool; in a build with
+// LAZYATTN_DECODE_TIMELINE defined, LAZYATTN_BENCH_TIMELINE=FILE appends, per benchmark, when each
+// CTA of four back-to-back calls started, saw its first tile, ended its loop, wrote its output and
+// left (%globaltimer, microseconds from the first call's first CTA).
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -37,7 +46,7 @@ struct Shape {
   bool rag;     // 5 x 2048 documents at shuffled starts instead of one document
 };
 
-enum class Mode { kLocal, kRaw, kRopeOff, kReencode, kLocalTma, kRopeOffTma };
+enum class Mode { kLocal, kRaw, kRopeOff, kReencode, kLocalTma, kRopeOffTma, kLocalPdl };
 
 const char* name(Mode m) {
   switch (m) {
@@ -47,6 +56,7 @@ const char* name(Mode m) {
     case Mode::kReencode: return "reencode";
     case Mode::kLocalTma: return "local_tma";      // experimental TMA loader
     case Mode::kRopeOffTma: return "rope_off_tma";
+    case Mode::kLocalPdl: return "local_pdl";  // programmatic dependent launch (DecodeArgs::pdl)
   }
   return "?";
 }
@@ -191,7 +201,8 @@ Setup& setup_for(const Shape& shape) {
   return *current;
 }
 
-void run_once(Setup& s, Mode mode, int layer, cudaStream_t stream) {
+void run_once(Setup& s, Mode mode, int layer, cudaStream_t stream,
+              unsigned long long* timeline = nullptr) {
   if (mode == Mode::kReencode) {
     s.reencode.run(*s.pool, layer, *s.rope, stream);
     return;
@@ -207,11 +218,52 @@ void run_once(Setup& s, Mode mode, int layer, cudaStream_t stream) {
   a.params.head_dim = kHeadDim;
   a.rope = mode != Mode::kRopeOff && mode != Mode::kRopeOffTma;
   a.tma = mode == Mode::kLocalTma || mode == Mode::kRopeOffTma;
+  a.pdl = mode == Mode::kLocalPdl;
   const cuda::DevicePlan& plan = mode == Mode::kRaw ? s.plan_raw : s.plan_local;
+#ifdef LAZYATTN_DECODE_TIMELINE
+  a.timeline = timeline;
+#else
+  (void)timeline;
+#endif
   cuda::decode(a, *s.pool, plan, *s.rope, s.ws, stream);
 }
 
-void bench_decode(benchmark::State& state, Shape shape, Mode mode) {
+#ifdef LAZYATTN_DECODE_TIMELINE
+// Four back-to-back calls with the kernel's timeline on; per call and event, the minimum, median
+// and maximum over CTAs, in microseconds from the first call's first CTA.
+void write_timeline(Setup& s, Mode mode, const std::string& bench_name, cudaStream_t stream) {
+  const char* path = std::getenv("LAZYATTN_BENCH_TIMELINE");
+  if (path == nullptr || mode == Mode::kReencode) return;
+  constexpr int kCalls = 4, kEv = cuda::kTimelineEvents;
+  const std::int64_t ctas = std::int64_t{s.plan_local.schedule().num_work} * kKvHeads;
+  cuda::DeviceBuffer<unsigned long long> buf(static_cast<std::size_t>(kCalls * ctas * kEv));
+  for (int i = 0; i < kCalls; ++i) run_once(s, mode, i % s.layers, stream, buf.data() + i * ctas * kEv);
+  LAZYATTN_CUDA_CHECK(cudaStreamSynchronize(stream));
+  std::vector<unsigned long long> h(buf.size());
+  LAZYATTN_CUDA_CHECK(cudaMemcpy(h.data(), buf.data(), buf.bytes(), cudaMemcpyDeviceToHost));
+  unsigned long long t0 = ~0ull;
+  for (std::int64_t c = 0; c < ctas; ++c) t0 = std::min(t0, h[c * kEv + cuda::kTlEntry]);
+  std::FILE* f = std::fopen(path, "a");
+  if (f == nullptr) return;
+  std::fprintf(f, "%s  (%lld CTAs per call, %d splits)\n", bench_name.c_str(),
+               static_cast<long long>(ctas), s.splits);
+  const char* names[] = {"entry", "first_tile", "loop_end", "partial", "exit"};
+  for (int i = 0; i < kCalls; ++i) {
+    std::fprintf(f, "  call %d:", i);
+    for (int e = cuda::kTlEntry; e <= cuda::kTlExit; ++e) {
+      std::vector<double> v;
+      for (std::int64_t c = 0; c < ctas; ++c)
+        v.push_back(1e-3 * static_cast<double>(h[(i * ctas + c) * kEv + e] - t0));
+      std::sort(v.begin(), v.end());
+      std::fprintf(f, "  %s %.1f/%.1f/%.1f", names[e], v.front(), v[v.size() / 2], v.back());
+    }
+    std::fprintf(f, "\n");
+  }
+  std::fclose(f);
+}
+#endif
+
+void bench_decode(benchmark::State& state, Shape shape, Mode mode, const std::string& bench_name) {
   Setup& s = setup_for(shape);
   cudaStream_t stream = nullptr;
   for (int i = 0; i < 3; ++i) run_once(s, mode, i % s.layers, stream);  // warm-up
@@ -232,23 +284,53 @@ void bench_decode(benchmark::State& state, Shape shape, Mode mode) {
   state.counters["context"] = shape.context;
   state.counters["splits"] = s.splits;
   state.counters["ctas_per_sm"] = cuda::decode_ctas_per_sm(DType::kBFloat16, kHeadDim);
+#ifdef LAZYATTN_DECODE_TIMELINE
+  write_timeline(s, mode, bench_name, stream);
+#else
+  (void)bench_name;
+#endif
+}
+
+// LAZYATTN_BENCH_SHAPES="BxL[r],..." (r: the rag layout), or the protocol's shapes.
+std::vector<Shape> bench_shapes() {
+  const char* env = std::getenv("LAZYATTN_BENCH_SHAPES");
+  if (env == nullptr || *env == '\0')
+    return {{1, 32768, false}, {16, 16384, false}, {64, 4096, false}, {128, 8192, false},
+            {64, 10272, true}, {64, 10272, false}, {1, 10272, true},  {1, 10272, false}};
+  std::vector<Shape> shapes;
+  std::string list(env);
+  std::size_t at = 0;
+  while (at < list.size()) {
+    std::size_t end = list.find(',', at);
+    if (end == std::string::npos) end = list.size();
+    std::string item = list.substr(at, end - at);
+    Shape sh{};
+    char* rest = nullptr;
+    sh.batch = static_cast<int>(std::strtol(item.c_str(), &rest, 10));
+    if (rest == nullptr || *rest != 'x') throw Error("LAZYATTN_BENCH_SHAPES: '" + item + "', expected BxL or BxLr");
+    sh.context = static_cast<int>(std::strtol(rest + 1, &rest, 10));
+    sh.rag = *rest == 'r';
+    if (sh.batch < 1 || sh.context <= kTail || (sh.rag && sh.context != 5 * 2048 + kTail))
+      throw Error("LAZYATTN_BENCH_SHAPES: '" + item + "', expected batch >= 1 and context > 32 (rag: 10272)");
+    shapes.push_back(sh);
+    at = end + 1;
+  }
+  return shapes;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::vector<Shape> shapes{{1, 32768, false}, {16, 16384, false}, {64, 4096, false},
-                            {128, 8192, false}, {64, 10272, true},  {64, 10272, false},
-                            {1, 10272, true},  {1, 10272, false}};
-  for (const Shape& sh : shapes) {
-    std::vector<Mode> modes{Mode::kLocal, Mode::kRaw, Mode::kRopeOff, Mode::kReencode};
+  for (const Shape& sh : bench_shapes()) {
+    std::vector<Mode> modes{Mode::kLocal, Mode::kRaw, Mode::kRopeOff, Mode::kReencode,
+                            Mode::kLocalPdl};
 #ifdef LAZYATTN_EXPERIMENTAL_TMA
     modes.insert(modes.end(), {Mode::kLocalTma, Mode::kRopeOffTma});
 #endif
     for (Mode m : modes) {
       std::string n = std::string("decode/B") + std::to_string(sh.batch) + "_L" +
                       std::to_string(sh.context) + (sh.rag ? "_rag" : "_single") + "/" + name(m);
-      benchmark::RegisterBenchmark(n.c_str(), bench_decode, sh, m)
+      benchmark::RegisterBenchmark(n.c_str(), bench_decode, sh, m, n)
           ->UseManualTime()
           ->Unit(benchmark::kMicrosecond)
           ->Iterations(30)

@@ -195,6 +195,58 @@ TEST_CASE("decode captures into a CUDA graph and replays to the same result", "[
   LAZYATTN_CUDA_CHECK(cudaStreamDestroy(stream));
 }
 
+namespace {
+// Copies `bytes` bytes after spinning for about `spin_ns`, letting the next grid launch first
+// (programmatic dependent launch): a decode that read q before this grid finished would see the
+// garbage q held before the copy.
+__global__ void slow_copy_kernel(std::byte* dst, const std::byte* src, std::size_t bytes,
+                                 unsigned long long spin_ns) {
+  cuda::ptx::launch_dependents();
+  unsigned long long t0, t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+  do {
+    __nanosleep(1000);
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  } while (t - t0 < spin_ns);
+  for (std::size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < bytes;
+       i += static_cast<std::size_t>(gridDim.x) * blockDim.x)
+    dst[i] = src[i];
+}
+}  // namespace
+
+TEST_CASE("decode under programmatic dependent launch reads q after the grid before it",
+          "[cuda][decode]") {
+  ScenarioSpec spec = random_decode_spec(5151);
+  spec.doc_form = spec.tail_form = StorageForm::kLocal;
+  spec.schedule = RopeType::kLlama3;
+  test::ref::Scenario sc = test::ref::make_scenario(spec);
+  INFO(spec << "\n" << sc.layout_text);
+  gpu::DeviceScenario ds(sc, 0);
+  gpu::GpuResult direct = ds.deferred();
+  REQUIRE(direct.unwritten == 0);
+
+  cuda::DeviceBuffer<std::byte> q_live(ds.q.size());  // what the decode reads, garbage at first
+  cudaStream_t stream;
+  LAZYATTN_CUDA_CHECK(cudaStreamCreate(&stream));
+  for (int round = 0; round < 3; ++round) {
+    ds.poison();
+    LAZYATTN_CUDA_CHECK(cudaMemset(q_live.data(), 0x7f, q_live.bytes()));  // NaN-like bf16/fp16
+    LAZYATTN_CUDA_CHECK(cudaDeviceSynchronize());
+    slow_copy_kernel<<<4, 128, 0, stream>>>(q_live.data(), ds.q.data(), ds.q.bytes(),
+                                            200'000ull);
+    LAZYATTN_CUDA_CHECK(cudaGetLastError());
+    cuda::DecodeArgs a = ds.args(true, q_live.data());
+    a.pdl = true;
+    cuda::decode(a, ds.pool, ds.plan, ds.rope, ds.ws, stream);
+    LAZYATTN_CUDA_CHECK(cudaStreamSynchronize(stream));
+    gpu::GpuResult got = ds.fetch();
+    CHECK(got.unwritten == 0);
+    CHECK(got.out == direct.out);  // same kernel, same inputs once q is written: bitwise equal
+    CHECK(got.lse == direct.lse);
+  }
+  LAZYATTN_CUDA_CHECK(cudaStreamDestroy(stream));
+}
+
 TEST_CASE("write_tokens stores K rotated at local positions and V as given", "[cuda][write]") {
   for (DType dtype : {DType::kBFloat16, DType::kFloat16, DType::kFloat32}) {
     for (PairLayout pairs : {PairLayout::kHalf, PairLayout::kInterleaved}) {

@@ -63,9 +63,44 @@ struct DecodeParams {
   std::int32_t tma_box_rows = 0;
   CUtensorMap k_map{};
   CUtensorMap v_map{};
+#ifdef LAZYATTN_DECODE_TIMELINE
+  // Diagnostic build only: per CTA, %globaltimer (ns) at kTimelineEvents points, and its SM.
+  unsigned long long* timeline = nullptr;
+#endif
 };
 
+#ifdef LAZYATTN_DECODE_TIMELINE
+// The events the diagnostic timeline records per CTA (bench_decode, LAZYATTN_BENCH_TIMELINE).
+enum TimelineEvent : int {
+  kTlEntry = 0,     // the CTA starts
+  kTlFirstTile,     // the first tile is in shared memory (after the loop's first barrier)
+  kTlLoopEnd,       // every tile computed, the warps' states merged in shared memory
+  kTlPartial,       // the CTA's output (or partial state) written
+  kTlExit,          // the CTA leaves (the last CTA of a head after the split merge)
+  kTlSm,            // %smid
+  kTimelineEvents = 8
+};
+#endif
+
 namespace detail {
+
+#ifdef LAZYATTN_DECODE_TIMELINE
+__device__ __forceinline__ void timeline_mark(const DecodeParams& p, int event) {
+  if (p.timeline == nullptr || threadIdx.x != 0) return;
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  if (event == kTlSm) {
+    unsigned sm;
+    asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
+    t = sm;
+  }
+  p.timeline[(static_cast<std::int64_t>(blockIdx.y) * gridDim.x + blockIdx.x) * kTimelineEvents +
+             event] = t;
+}
+#define LAZYATTN_TL(event) timeline_mark(p, event)
+#else
+#define LAZYATTN_TL(event) ((void)0)
+#endif
 
 inline constexpr int kDecodeWarps = 4;
 inline constexpr int kDecodeThreads = 32 * kDecodeWarps;
@@ -119,6 +154,9 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
   float2* cs_base = reinterpret_cast<float2*>(smem + Shape::kCsBaseOffset);      // [2][warp][pair]
   float2* cs_offset = reinterpret_cast<float2*>(smem + Shape::kCsOffsetOffset);  // [16][pair]
 
+  LAZYATTN_TL(kTlEntry);
+  LAZYATTN_TL(kTlSm);
+  ptx::launch_dependents();  // the next grid's CTAs may take SMs as this grid's leave
   const int work = blockIdx.x;
   const int kv_head = blockIdx.y;
   const int tid = threadIdx.x;
@@ -165,14 +203,18 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
   };
   auto stream = make_stream();
   // The first tiles go out before anything else: their latency hides the query setup.
+  // Under programmatic dependent launch (DecodeArgs::pdl) everything up to here and the first
+  // tiles' page ids read only the plan, schedule and RoPE tables; q, K/V, the workspace and the
+  // outputs are touched after the grid this one follows has completed.
   if constexpr (kTma) {
     stream.init_barriers(tid);
     stream.prefetch_records(tile_begin, tid, kDecodeThreads);
+    ptx::grid_dependency_wait();
     __syncthreads();  // barriers initialised before anyone waits on or arms them
     if (warp == 0) stream.start(tile_begin, lane);
   } else {
     stream.prefetch_records(tile_begin, tid);
-    stream.start(tile_begin);
+    stream.start(tile_begin, [] { ptx::grid_dependency_wait(); });
   }
   TileInfo cur = stream.info(tile_begin);  // the tile computed in this iteration
   TileInfo next = stream.info(tile_begin + 1);
@@ -304,6 +346,9 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
       __syncthreads();  // tile `it` is in shared memory; stage (it - 1) % S is free again
       stream.step(tile, it);  // its loads complete while this tile is computed
     }
+#ifdef LAZYATTN_DECODE_TIMELINE
+    if (it == 0) LAZYATTN_TL(kTlFirstTile);
+#endif
     const TileInfo ti = cur;
     cur = next;
     next = stream.info(tile + 2);
@@ -527,6 +572,7 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
     merge[(warp * kRows + g + 8) * kRowStride + D + 1] = row_sum[1];
   }
   __syncthreads();
+  LAZYATTN_TL(kTlLoopEnd);
 
   const int num_splits = p.sched.request_num_splits[b];
   const int partial = p.sched.request_partial_offset[b] + split;
@@ -561,7 +607,11 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
       if (d == 0) p.partial_lse[base] = lse2;
     }
   }
-  if (num_splits == 1) return;
+  LAZYATTN_TL(kTlPartial);
+  if (num_splits == 1) {
+    LAZYATTN_TL(kTlExit);
+    return;
+  }
 
   // ---- split-KV: the last CTA of (request, KV head) to finish merges every split's state -----
   // Writers publish their partials (fence) before counting in; the last one fences again before
@@ -582,7 +632,10 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
     if (*is_last) *counter = 0;  // ready for the next launch (CUDA graph replays too)
   }
   __syncthreads();
-  if (!*is_last) return;
+  if (!*is_last) {
+    LAZYATTN_TL(kTlExit);
+    return;
+  }
   __threadfence();
   const std::int64_t first = p.sched.request_partial_offset[b];
   // Stage every split's lse for the group's rows in shared memory (one parallel pass), reduce
@@ -629,6 +682,8 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
       p.maybe_lse[static_cast<std::int64_t>(q_row0) * p.num_qo_heads + head] =
           l_all > 0.0f ? (m_all + log2f(l_all)) * kLn2 : -INFINITY;
   }
+  __syncthreads();
+  LAZYATTN_TL(kTlExit);
 }
 
 }  // namespace detail
@@ -660,6 +715,14 @@ struct DecodeArgs {
   // instead of 16-byte cp.async. Needs a build with LAZYATTN_EXPERIMENTAL_TMA defined; passes the
   // decode tests on the H200 but reads 5-10% slower at batch >= 16 (docs/performance.md).
   bool tma = false;
+  // Programmatic dependent launch: the kernel may start while the previous kernel in the stream
+  // is still running, and reads the plan, its schedule and the RoPE tables before that kernel
+  // has finished (so that kernel must not write them; DevicePlan::upload's copies are fine); q,
+  // the K/V pools, the workspace and the outputs are touched only after it has completed.
+  bool pdl = false;
+#ifdef LAZYATTN_DECODE_TIMELINE
+  unsigned long long* timeline = nullptr;  // diagnostic: [num_work * kv_heads][kTimelineEvents]
+#endif
 };
 
 // Launches the decode for one layer: every request of the plan has one query. No host
@@ -739,6 +802,9 @@ inline void decode(const DecodeArgs& args, const DevicePool& pool, const DeviceP
   int log2_page = 0;
   while ((1 << log2_page) < geo.page_size) ++log2_page;
   p.page_size_log2 = log2_page;
+#ifdef LAZYATTN_DECODE_TIMELINE
+  p.timeline = args.timeline;
+#endif
 #ifdef LAZYATTN_EXPERIMENTAL_TMA
   if (args.tma) {
     LAZYATTN_CHECK(geo.page_size >= 16, w, ": page_size ", geo.page_size,
@@ -765,7 +831,21 @@ inline void decode(const DecodeArgs& args, const DevicePool& pool, const DeviceP
         auto launch = [&](auto kernel, int smem_bytes) {
           prepare_kernel(kernel, smem_bytes);
           dim3 grid(static_cast<unsigned>(sv.num_work), static_cast<unsigned>(ap.num_kv_heads));
-          kernel<<<grid, detail::kDecodeThreads, smem_bytes, stream>>>(p);
+          if (args.pdl) {
+            cudaLaunchConfig_t cfg{};
+            cfg.gridDim = grid;
+            cfg.blockDim = dim3(detail::kDecodeThreads);
+            cfg.dynamicSmemBytes = static_cast<std::size_t>(smem_bytes);
+            cfg.stream = stream;
+            cudaLaunchAttribute attr{};
+            attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+            attr.val.programmaticStreamSerializationAllowed = 1;
+            cfg.attrs = &attr;
+            cfg.numAttrs = 1;
+            LAZYATTN_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, p));
+          } else {
+            kernel<<<grid, detail::kDecodeThreads, smem_bytes, stream>>>(p);
+          }
           LAZYATTN_CUDA_CHECK_LAUNCH();
         };
         constexpr int kSmem = detail::DecodeShape<D>::kSmemBytes;

@@ -123,14 +123,22 @@ struct TileStream {
   }
 
   // Issues tiles begin .. begin + S - 2 (one commit group each, empty past the end) and fetches
-  // what the first step() issues.
-  __device__ void start(int begin) {
+  // what the first step() issues. The records and page ids of the first tiles are fetched first,
+  // then before_issue() runs (the decode's wait for the grid it follows, under programmatic
+  // dependent launch: the index loads overlap that grid's tail, the K/V reads come after it).
+  template <class BeforeIssue>
+  __device__ void start(int begin, BeforeIssue&& before_issue) {
+    TileInfo ti[S - 1];
+    int pg[S - 1][kRowsPerThread];
 #pragma unroll
     for (int s = 0; s < S - 1; ++s) {
-      TileInfo ti = info(begin + s);
-      int pg[kRowsPerThread];
-      fetch_pages(ti, pg);
-      if (begin + s < tile_end) issue(ti, pg, s);
+      ti[s] = info(begin + s);
+      fetch_pages(ti[s], pg[s]);
+    }
+    before_issue();
+#pragma unroll
+    for (int s = 0; s < S - 1; ++s) {
+      if (begin + s < tile_end) issue(ti[s], pg[s], s);
       ptx::cp_async_commit();
     }
     issue_info = info(begin + S - 1);

@@ -30,6 +30,15 @@ template <int N>
 __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }
+// Programmatic dependent launch (sm_90). grid_dependency_wait: returns once the grid this one
+// follows in the stream has completed and its writes are visible (at once when the launch did not
+// allow overlap). launch_dependents: the next grid in the stream may start launching.
+__device__ __forceinline__ void grid_dependency_wait() {
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+}
+__device__ __forceinline__ void launch_dependents() {
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+}
 // Barrier kId (1..15; 0 is __syncthreads') over kCount threads, a multiple of 32. Immediate
 // operands: with a register id, ptxas reserves all 16 barriers for the kernel.
 template <int kId, int kCount>
