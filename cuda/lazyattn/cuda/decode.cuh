@@ -648,48 +648,57 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
   }
   __threadfence();
   const std::int64_t first = p.sched.request_partial_offset[b];
-  // Stage every split's lse for the group's rows in shared memory (one parallel pass), reduce
-  // per row, turn them into each split's weight 2^(lse - max) / sum, then accumulate the outputs
-  // four dims per thread (16-byte loads) with up to kMergeBatch splits' loads in flight: a few
-  // L2 round trips in all. (One 4-byte load per split and eight in flight took about 15 us of a
-  // 55 us step at 33 splits, on the H200: the tail after every other CTA had finished.)
+  // Each split's weight 2^(lse - max) / sum per row, one warp per row (lanes over splits,
+  // shuffles), into shared memory; then the outputs four dims per thread (16-byte loads) with up
+  // to kMergeBatch splits' loads in flight, the first batch issued before the weights pass so
+  // that the two L2 round trips overlap. (One 4-byte load per split, eight in flight, and a
+  // serial per-row reduction took about 15 us of a 55 us step at 33 splits on the H200: the
+  // tail after every other CTA had finished.)
   constexpr int kMergeBatch = 16;
   float* w_s = reinterpret_cast<float*>(smem);  // [num_splits][G], in the free pipeline space
   float* row_m = w_s + num_splits * G;
   float* row_l = row_m + kRows;
-  for (int i = tid; i < num_splits * G; i += kDecodeThreads) {
-    int sp = i / G, row = i % G;
-    w_s[i] = __ldcg(p.partial_lse + (first + sp) * p.num_qo_heads + kv_head * G + row);
-  }
-  __syncthreads();
-  if (tid < G) {
-    float m_all = -INFINITY, l_all = 0.0f;
-    for (int sp = 0; sp < num_splits; ++sp) m_all = fmaxf(m_all, w_s[sp * G + tid]);
-    if (m_all != -INFINITY)
-      for (int sp = 0; sp < num_splits; ++sp) l_all += exp2f(w_s[sp * G + tid] - m_all);
-    row_m[tid] = m_all;
-    row_l[tid] = l_all;
-  }
-  __syncthreads();
-  for (int i = tid; i < num_splits * G; i += kDecodeThreads) {
-    const int row = i % G;
-    const float l_all = row_l[row];  // every split empty: weights 0, output 0, lse -inf, no NaN
-    w_s[i] = l_all > 0.0f ? exp2f(w_s[i] - row_m[row]) / l_all : 0.0f;
+  const std::int64_t split_stride = static_cast<std::int64_t>(p.num_qo_heads) * D;
+  auto load_batch = [&](int i, int sp0, float4 (&v)[kMergeBatch]) {
+    const float* src = p.partial_o + (first * p.num_qo_heads + kv_head * G) * D + 4 * i;
+#pragma unroll
+    for (int u = 0; u < kMergeBatch; ++u)
+      v[u] = sp0 + u < num_splits
+                 ? __ldcg(reinterpret_cast<const float4*>(src + (sp0 + u) * split_stride))
+                 : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  };
+  float4 v[kMergeBatch];
+  if (tid < G * D / 4) load_batch(tid, 0, v);
+  for (int row = warp; row < G; row += kDecodeWarps) {
+    const float* lse = p.partial_lse + first * p.num_qo_heads + kv_head * G + row;
+    float mx = -INFINITY;
+    for (int sp = lane; sp < num_splits; sp += 32) {
+      const float l = __ldcg(lse + sp * p.num_qo_heads);
+      w_s[sp * G + row] = l;  // this lane's entries: read back below by the same lane
+      mx = fmaxf(mx, l);
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+    float sum = 0.0f;
+    if (mx != -INFINITY)
+      for (int sp = lane; sp < num_splits; sp += 32) sum += exp2f(w_s[sp * G + row] - mx);
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    // Every split empty: weights 0, output 0, lse -inf, no NaN.
+    for (int sp = lane; sp < num_splits; sp += 32)
+      w_s[sp * G + row] = sum > 0.0f ? exp2f(w_s[sp * G + row] - mx) / sum : 0.0f;
+    if (lane == 0) {
+      row_m[row] = mx;
+      row_l[row] = sum;
+    }
   }
   __syncthreads();
   for (int i = tid; i < G * D / 4; i += kDecodeThreads) {
     const int row = (4 * i) / D, d = (4 * i) % D;
     const int head = kv_head * G + row;
-    const float* src = p.partial_o + ((first * p.num_qo_heads) + head) * D + d;
-    const std::int64_t split_stride = static_cast<std::int64_t>(p.num_qo_heads) * D;
     float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     for (int sp0 = 0; sp0 < num_splits; sp0 += kMergeBatch) {
-      float4 v[kMergeBatch];
-#pragma unroll
-      for (int u = 0; u < kMergeBatch; ++u)
-        v[u] = sp0 + u < num_splits
-                   ? __ldcg(reinterpret_cast<const float4*>(src + (sp0 + u) * split_stride))
-                   : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      if (i != tid || sp0 != 0) load_batch(i, sp0, v);  // the first batch is in v already
 #pragma unroll
       for (int u = 0; u < kMergeBatch; ++u) {
         const float w = sp0 + u < num_splits ? w_s[(sp0 + u) * G + row] : 0.0f;
