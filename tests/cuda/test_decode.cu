@@ -316,7 +316,7 @@ TEST_CASE("decode rejects bad input naming the value", "[cuda][decode][errors]")
   spec.num_kv_heads = 2;
   spec.dtype = DType::kBFloat16;
   spec.schedule = RopeType::kDefault;
-  spec.doc_form = StorageForm::kLocal;
+  spec.doc_form = spec.tail_form = StorageForm::kLocal;
   test::ref::Scenario sc = test::ref::make_scenario(spec);
   gpu::DeviceScenario ds(sc, 0);
   auto args = ds.args(true, ds.q.data());
@@ -348,6 +348,20 @@ TEST_CASE("decode rejects bad input naming the value", "[cuda][decode][errors]")
     a.params.logits_soft_cap = 30.0;
     CHECK_THROWS_WITH(cuda::decode(a, ds.pool, ds.plan, ds.rope, ds.ws),
                       Catch::Contains("logits_soft_cap 30"));
+  }
+  {
+    // A schedule made for the same layout in another storage form: its tile records say local
+    // where the plan says raw. Refused, naming the tile; the device plan keeps its contents.
+    Plan relabelled = sc.plan;
+    std::fill(relabelled.segment_form.begin(), relabelled.segment_form.end(),
+              static_cast<std::uint8_t>(StorageForm::kRaw));
+    cuda::ScheduleOptions opt;
+    cuda::DecodeSchedule local_sched = cuda::make_decode_schedule(sc.plan, spec.num_kv_heads, opt);
+    CHECK_THROWS_WITH(ds.plan.upload(relabelled, local_sched),
+                      Catch::Contains("does not match the plan's segment") &&
+                          Catch::Contains("form 1") && Catch::Contains("form 0"));
+    gpu::GpuResult again = ds.deferred();
+    CHECK(again.unwritten == 0);
   }
 }
 

@@ -49,6 +49,7 @@ class DevicePlan {
   // Packs and uploads; the buffers are reused across calls when large enough. The host Plan may
   // be destroyed once this returns. Only waits if the previous upload's copy is still running.
   void upload(const Plan& plan, const DecodeSchedule& sched, cudaStream_t stream = nullptr) {
+    check_schedule(plan, sched);
     detail::Packer pk;
     has_raw_segments_ = std::any_of(plan.segment_form.begin(), plan.segment_form.end(),
                                     [](std::uint8_t f) { return f == static_cast<std::uint8_t>(StorageForm::kRaw); });
@@ -132,6 +133,33 @@ class DevicePlan {
   // Whether the uploaded plan has a raw-form segment (kernels that handle local form only ask).
   bool has_raw_segments() const { return has_raw_segments_; }
   const DecodeScheduleView& schedule() const { return sched_; }
+
+  // The schedule must be the one made for this plan: its tile records copy each segment's form,
+  // start and pages, and the kernels trust them (a schedule of another plan, e.g. the same
+  // layout relabelled to another storage form, would run the wrong rotation silently).
+  static void check_schedule(const Plan& plan, const DecodeSchedule& sched) {
+    const char* w = "DevicePlan::upload";
+    LAZYATTN_CHECK(sched.tiles.size() == sched.tile_segment.size() &&
+                       sched.tiles.size() == static_cast<std::size_t>(sched.num_tiles),
+                   w, ": schedule of ", sched.num_tiles, " tiles holds ", sched.tiles.size(),
+                   " tile records, expected one per tile");
+    for (std::size_t t = 0; t < sched.tiles.size(); ++t) {
+      const TileInfo& ti = sched.tiles[t];
+      const std::int32_t seg = ti.segment;
+      LAZYATTN_CHECK(seg >= 0 && seg < plan.num_segments(), w, ": schedule tile ", t, " segment ",
+                     seg, ", expected < the plan's ", plan.num_segments(), " segments");
+      const auto at = static_cast<std::size_t>(seg);
+      LAZYATTN_CHECK(ti.form == plan.segment_form[at] && ti.seg_start == plan.segment_start[at] &&
+                         ti.page_base == plan.segment_page_indptr[at] &&
+                         ti.key0 + ti.rows <= plan.segment_length[at],
+                     w, ": schedule tile ", t, " (segment ", seg, ": form ", ti.form, ", start ",
+                     ti.seg_start, ", keys ", ti.key0, "..", ti.key0 + ti.rows,
+                     ") does not match the plan's segment (form ",
+                     static_cast<int>(plan.segment_form[at]), ", start ", plan.segment_start[at],
+                     ", length ", plan.segment_length[at],
+                     "), expected the schedule made from this plan");
+    }
+  }
 
  private:
   PlanView view_;
