@@ -876,18 +876,10 @@ __global__ void __launch_bounds__(kWgmmaPrefillThreads, 1)
     // query. The loop over a run has no RoPE code and counts to a bound known at its start (a
     // per-tile segment test in the loop cost 3-8% per tile on the H200).
     int tile = tile_begin + 1, it = 1;
-    // The length of the segment after the current one, loaded a run ahead (tiles go through a
-    // request's segments in order; an empty segment in between has no tiles, so the guess is
-    // checked). Loaded at the boundary itself, its L2 latency was exposed at every boundary.
-    int ahead_segment = -1, ahead_length = 0;
     while (tile < tile_end) {
       int run_end = tile_end;
       if (kRope) {  // ti_next is tile's record
-        const int seg_length = ti_next.segment == ahead_segment
-                                   ? ahead_length
-                                   : p.plan.segment_length[ti_next.segment];
-        ahead_segment = min(ti_next.segment + 1, p.plan.num_segments - 1);
-        ahead_length = p.plan.segment_length[ahead_segment];  // used at the next boundary
+        const int seg_length = p.plan.segment_length[ti_next.segment];  // lands during the rebuild
         if (ti_next.seg_start != q_seg_start) rebuild_query(ti_next.seg_start);
         run_end = min(tile_end, tile + (seg_length - ti_next.key0 + kTileKeys - 1) / kTileKeys);
       }
