@@ -9,12 +9,10 @@
 //
 // Deferred rotation, per segment of the tile:
 //   local form  the query is rotated once per segment by (m - s) and rounded to 16 bits once;
-//   raw form    the query is rotated by m, each key at its logical position n in fp32 (the warp
-//               that reads the key rotates it in place in shared memory, 16-byte vectors, one
-//               rounding to 16 bits), with cos/sin(n w) = cos/sin(n0 w) (x) cos/sin((n - n0) w):
-//               one exact angle per pair for each warp's group of 16 keys (computed a tile
-//               ahead, off the critical path), the offsets 0..15 from a table (DeviceRope) kept
-//               in shared memory.
+//   raw form    the query is rotated by m, each key at its logical position n in fp32 registers,
+//               with cos/sin(n w) = cos/sin(n0 w) (x) cos/sin((n - n0) w): one exact angle per
+//               pair for each warp's group of 16 keys (computed a tile ahead, off the critical
+//               path), the offsets 0..15 from a table (DeviceRope) kept in shared memory.
 // kRope = false skips both (keys pre-rotated at logical positions, queries pre-rotated by the
 // caller): the RoPE-off baseline.
 #pragma once
@@ -422,60 +420,78 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
         q_frag_smem(a, kk);
       }
     };
-    // Raw form: the warp rotates its own 16 keys in place in shared memory at their logical
-    // positions (cos/sin = the warp group's base angle (x) the key's offset from the table, fp32,
-    // one rounding to 16 bits: the same arithmetic the B fragments got before), two lanes per
-    // key, 16-byte vectors; then S as for local form. (Rotating each warp's B fragments between
-    // ldmatrix and mma left every rotation on the chain to its mma: +42-67% over RoPE off.)
-    if (raw) {
-      T* kw = stream.k_stage(it % S);
+    if (!raw) {
+#pragma unroll
+      for (int kk = 0; kk < Shape::kKSteps; ++kk) {
+        std::uint32_t kb[4], a[4];
+        load_k(kb, kk);
+        q_frag(a, kk);
+        ptx::mma_16816<T>(sc[0], a, kb[0], kb[1]);
+        ptx::mma_16816<T>(sc[1], a, kb[2], kb[3]);
+      }
+    } else {
+      // This thread's B fragments hold keys (warp*16 + g) and (warp*16 + 8 + g): offsets g and
+      // g + 8 from its warp group's base position.
       const float2* base = cs_base + ((it & 1) * kDecodeWarps + warp) * (D / 2);
-      const int row = warp * 16 + (lane >> 1);
-      const float2* off = cs_offset + (lane >> 1) * (D / 2);
-      if (interleaved) {  // pairs (2i, 2i + 1): four per 16-byte chunk
-        const int d0 = (lane & 1) * (rotary / 2);
-        for (int d = d0; d < d0 + rotary / 2; d += 8) {
-          uint4* px = reinterpret_cast<uint4*>(kw + kv_offset(row, d >> 3));
-          uint4 x = *px;
-          std::uint32_t* xw = reinterpret_cast<std::uint32_t*>(&x);
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int i = (d >> 1) + e;
-            float2 v = ptx::unpack2<T>(xw[e]);
-            rotate_pair(v.x, v.y, combine_angles(base[i], off[i]));
-            xw[e] = ptx::pack2<T>(v.x, v.y);
-          }
-          *px = x;
+      const int key_a = g, key_b = g + 8;
+      // Rotated 16-bit registers for (key, dims j, j+1) given the partner register.
+      auto rot_regs = [&](std::uint32_t& x_reg, std::uint32_t& y_reg, int key, int j0, bool inter) {
+        float2 xv = ptx::unpack2<T>(x_reg);
+        if (inter) {  // the pair is the register's two halves: dims (2i, 2i+1), i = j0 / 2
+          float2 c = combine_angles(base[j0 >> 1], cs_offset[key * (D / 2) + (j0 >> 1)]);
+          rotate_pair(xv.x, xv.y, c);
+          x_reg = ptx::pack2<T>(xv.x, xv.y);
+        } else {  // pairs (j, j + rotary/2) across two registers
+          float2 yv = ptx::unpack2<T>(y_reg);
+          float2 c0 = combine_angles(base[j0], cs_offset[key * (D / 2) + j0]);
+          float2 c1 = combine_angles(base[j0 + 1], cs_offset[key * (D / 2) + j0 + 1]);
+          rotate_pair(xv.x, yv.x, c0);
+          rotate_pair(xv.y, yv.y, c1);
+          x_reg = ptx::pack2<T>(xv.x, xv.y);
+          y_reg = ptx::pack2<T>(yv.x, yv.y);
         }
-      } else {  // pairs (j, j + rotary / 2): eight per pair of chunks
-        const int j0 = (lane & 1) * (rot_half / 2);
-        for (int j = j0; j < j0 + rot_half / 2; j += 8) {
-          uint4* px = reinterpret_cast<uint4*>(kw + kv_offset(row, j >> 3));
-          uint4* py = reinterpret_cast<uint4*>(kw + kv_offset(row, (j + rot_half) >> 3));
-          uint4 x = *px, y = *py;
-          std::uint32_t* xw = reinterpret_cast<std::uint32_t*>(&x);
-          std::uint32_t* yw = reinterpret_cast<std::uint32_t*>(&y);
+      };
+      const int rot_steps = rotary / 16;  // k-steps that hold rotary dims
+      if (interleaved) {
 #pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            float2 xv = ptx::unpack2<T>(xw[e]), yv = ptx::unpack2<T>(yw[e]);
-            rotate_pair(xv.x, yv.x, combine_angles(base[j + 2 * e], off[j + 2 * e]));
-            rotate_pair(xv.y, yv.y, combine_angles(base[j + 2 * e + 1], off[j + 2 * e + 1]));
-            xw[e] = ptx::pack2<T>(xv.x, xv.y);
-            yw[e] = ptx::pack2<T>(yv.x, yv.y);
+        for (int kk = 0; kk < Shape::kKSteps; ++kk) {
+          std::uint32_t kb[4], a[4];
+          load_k(kb, kk);
+          if (kk < rot_steps) {
+            int j = 16 * kk + 2 * t4;
+            rot_regs(kb[0], kb[0], key_a, j, true);
+            rot_regs(kb[1], kb[1], key_a, j + 8, true);
+            rot_regs(kb[2], kb[2], key_b, j, true);
+            rot_regs(kb[3], kb[3], key_b, j + 8, true);
           }
-          *px = x;
-          *py = y;
+          q_frag_smem(a, kk);
+          ptx::mma_16816<T>(sc[0], a, kb[0], kb[1]);
+          ptx::mma_16816<T>(sc[1], a, kb[2], kb[3]);
+        }
+      } else {
+        const int half_steps = rot_steps / 2;  // partner of k-step kk is kk + half_steps
+#pragma unroll
+        for (int kk = 0; kk < Shape::kKSteps; ++kk) {
+          if (kk >= half_steps && kk < rot_steps) continue;  // done with its partner
+          std::uint32_t kb[4], a[4];
+          load_k(kb, kk);
+          if (kk < half_steps) {
+            std::uint32_t kp[4], ap[4];
+            load_k(kp, kk + half_steps);
+            int j = 16 * kk + 2 * t4;
+            rot_regs(kb[0], kp[0], key_a, j, false);
+            rot_regs(kb[1], kp[1], key_a, j + 8, false);
+            rot_regs(kb[2], kp[2], key_b, j, false);
+            rot_regs(kb[3], kp[3], key_b, j + 8, false);
+            q_frag_smem(ap, kk + half_steps);
+            ptx::mma_16816<T>(sc[0], ap, kp[0], kp[1]);
+            ptx::mma_16816<T>(sc[1], ap, kp[2], kp[3]);
+          }
+          q_frag_smem(a, kk);
+          ptx::mma_16816<T>(sc[0], a, kb[0], kb[1]);
+          ptx::mma_16816<T>(sc[1], a, kb[2], kb[3]);
         }
       }
-      __syncwarp();
-    }
-#pragma unroll
-    for (int kk = 0; kk < Shape::kKSteps; ++kk) {
-      std::uint32_t kb[4], a[4];
-      load_k(kb, kk);
-      q_frag(a, kk);
-      ptx::mma_16816<T>(sc[0], a, kb[0], kb[1]);
-      ptx::mma_16816<T>(sc[1], a, kb[2], kb[3]);
     }
 
     // ---- online softmax over this warp's keys (scores are already in log2 units) -------------
