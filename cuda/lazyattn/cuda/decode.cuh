@@ -126,7 +126,10 @@ struct DecodeShape {
   static constexpr int kCsQueryOffset = kQRotOffset + kRows * D * 2;
   static constexpr int kCsBaseOffset = kCsQueryOffset + (D / 2) * 8;
   static constexpr int kCsOffsetOffset = kCsBaseOffset + 2 * kDecodeWarps * (D / 2) * 8;
-  static constexpr int kSmemBytes = kCsOffsetOffset + kGroupKeys * (D / 2) * 8;
+  // Rows of the offset table padded by one pair: the eight keys g of a B fragment read one
+  // pair column at once, which at a stride of D/2 pairs (a multiple of 128 bytes) hit one bank.
+  static constexpr int kOffsetStride = D / 2 + 1;
+  static constexpr int kSmemBytes = kCsOffsetOffset + kGroupKeys * kOffsetStride * 8;
   // The TMA loader adds one mbarrier per stage and the merge's "last CTA" flag (the cp.async
   // kernel keeps that flag in static shared memory).
   static constexpr int kBarOffset = kSmemBytes;
@@ -152,7 +155,8 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
   T* q_rot = reinterpret_cast<T*>(smem + Shape::kQRotOffset);
   float2* cs_query = reinterpret_cast<float2*>(smem + Shape::kCsQueryOffset);
   float2* cs_base = reinterpret_cast<float2*>(smem + Shape::kCsBaseOffset);      // [2][warp][pair]
-  float2* cs_offset = reinterpret_cast<float2*>(smem + Shape::kCsOffsetOffset);  // [16][pair]
+  float2* cs_offset = reinterpret_cast<float2*>(smem + Shape::kCsOffsetOffset);  // [16][stride]
+  constexpr int kOffStride = Shape::kOffsetStride;
 
   LAZYATTN_TL(kTlEntry);
   LAZYATTN_TL(kTlSm);
@@ -378,7 +382,7 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
         const float2* table =
             p.rope.offset_cs + static_cast<std::int64_t>(rope_set) * p.rope.offset_rows * rot_half;
         for (int i = tid; i < Shape::kGroupKeys * rot_half; i += kDecodeThreads)
-          cs_offset[(i / rot_half) * (D / 2) + i % rot_half] = table[i];
+          cs_offset[(i / rot_half) * kOffStride + i % rot_half] = table[i];
         offsets_ready = true;
       }
       compute_bases(ti, it & 1);
@@ -438,13 +442,13 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
       auto rot_regs = [&](std::uint32_t& x_reg, std::uint32_t& y_reg, int key, int j0, bool inter) {
         float2 xv = ptx::unpack2<T>(x_reg);
         if (inter) {  // the pair is the register's two halves: dims (2i, 2i+1), i = j0 / 2
-          float2 c = combine_angles(base[j0 >> 1], cs_offset[key * (D / 2) + (j0 >> 1)]);
+          float2 c = combine_angles(base[j0 >> 1], cs_offset[key * kOffStride + (j0 >> 1)]);
           rotate_pair(xv.x, xv.y, c);
           x_reg = ptx::pack2<T>(xv.x, xv.y);
         } else {  // pairs (j, j + rotary/2) across two registers
           float2 yv = ptx::unpack2<T>(y_reg);
-          float2 c0 = combine_angles(base[j0], cs_offset[key * (D / 2) + j0]);
-          float2 c1 = combine_angles(base[j0 + 1], cs_offset[key * (D / 2) + j0 + 1]);
+          float2 c0 = combine_angles(base[j0], cs_offset[key * kOffStride + j0]);
+          float2 c1 = combine_angles(base[j0 + 1], cs_offset[key * kOffStride + j0 + 1]);
           rotate_pair(xv.x, yv.x, c0);
           rotate_pair(xv.y, yv.y, c1);
           x_reg = ptx::pack2<T>(xv.x, xv.y);
