@@ -166,8 +166,8 @@ std::unique_ptr<Setup> build(const Shape& shape) {
   std::fill(raw.segment_form.begin(), raw.segment_form.end(),
             static_cast<std::uint8_t>(StorageForm::kRaw));
   // The raw plan needs its own schedule: the tile records carry each segment's storage form.
-  // (Until this session the raw plan was uploaded with the local plan's schedule, so "raw" ran
-  // the local-form path; DevicePlan::upload now refuses such a pair.)
+  // (Before commit 936416b the raw plan was uploaded with the local plan's schedule, so "raw"
+  // ran the local-form path; DevicePlan::upload now refuses such a pair.)
   s->plan_raw.upload(raw, cuda::make_decode_schedule(raw, kKvHeads, opt));
 
   // Block-Attention's per-request copy: every document segment into its own fresh pages.

@@ -557,7 +557,7 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
     row_sum[h] += __shfl_xor_sync(0xffffffffu, row_sum[h], 1);
     row_sum[h] += __shfl_xor_sync(0xffffffffu, row_sum[h], 2);
   }
-  float* merge = reinterpret_cast<float*>(smem);  // [warp][row][D + 2]: acc, then max and sum
+  float* merge = reinterpret_cast<float*>(smem);  // [warp][row][D + 4]: acc, max, sum, pad
   constexpr int kRowStride = D + 4;  // acc, max, sum, pad: rows at 16-byte boundaries
 #pragma unroll
   for (int n = 0; n < D / 8; ++n) {
