@@ -202,12 +202,10 @@ namespace {
 __global__ void slow_copy_kernel(std::byte* dst, const std::byte* src, std::size_t bytes,
                                  unsigned long long spin_ns) {
   cuda::ptx::launch_dependents();
-  unsigned long long t0, t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+  const unsigned long long t0 = cuda::ptx::globaltimer();
   do {
     __nanosleep(1000);
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  } while (t - t0 < spin_ns);
+  } while (cuda::ptx::globaltimer() - t0 < spin_ns);
   for (std::size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < bytes;
        i += static_cast<std::size_t>(gridDim.x) * blockDim.x)
     dst[i] = src[i];

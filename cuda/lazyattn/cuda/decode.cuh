@@ -87,8 +87,7 @@ namespace detail {
 #ifdef LAZYATTN_DECODE_TIMELINE
 __device__ __forceinline__ void timeline_mark(const DecodeParams& p, int event) {
   if (p.timeline == nullptr || threadIdx.x != 0) return;
-  unsigned long long t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  unsigned long long t = ptx::globaltimer();
   if (event == kTlSm) {
     unsigned sm;
     asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
@@ -101,6 +100,15 @@ __device__ __forceinline__ void timeline_mark(const DecodeParams& p, int event) 
 #else
 #define LAZYATTN_TL(event) ((void)0)
 #endif
+
+// Four consecutive outputs (dst need be aligned only as T: o is the caller's tensor).
+template <class T>
+__device__ __forceinline__ void store4(T* dst, float4 v) {
+  dst[0] = ptx::from_f32<T>(v.x);
+  dst[1] = ptx::from_f32<T>(v.y);
+  dst[2] = ptx::from_f32<T>(v.z);
+  dst[3] = ptx::from_f32<T>(v.w);
+}
 
 inline constexpr int kDecodeWarps = 4;
 inline constexpr int kDecodeThreads = 32 * kDecodeWarps;
@@ -608,11 +616,8 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
     const float lse2 = l_all > 0.0f ? m_all + log2f(l_all) : -INFINITY;
     const int head = kv_head * G + row;
     if (num_splits == 1) {
-      T* dst = static_cast<T*>(p.o) + (static_cast<std::int64_t>(q_row0) * p.num_qo_heads + head) * D + d;
-      dst[0] = ptx::from_f32<T>(out.x);
-      dst[1] = ptx::from_f32<T>(out.y);
-      dst[2] = ptx::from_f32<T>(out.z);
-      dst[3] = ptx::from_f32<T>(out.w);
+      store4(static_cast<T*>(p.o) + (static_cast<std::int64_t>(q_row0) * p.num_qo_heads + head) * D + d,
+             out);
       if (d == 0 && p.maybe_lse)
         p.maybe_lse[static_cast<std::int64_t>(q_row0) * p.num_qo_heads + head] = lse2 * kLn2;
     } else {
@@ -712,11 +717,8 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
         acc.w += w * v[u].w;
       }
     }
-    T* dst = static_cast<T*>(p.o) + (static_cast<std::int64_t>(q_row0) * p.num_qo_heads + head) * D + d;
-    dst[0] = ptx::from_f32<T>(acc.x);  // element stores: o needs no alignment beyond T's
-    dst[1] = ptx::from_f32<T>(acc.y);
-    dst[2] = ptx::from_f32<T>(acc.z);
-    dst[3] = ptx::from_f32<T>(acc.w);
+    store4(static_cast<T*>(p.o) + (static_cast<std::int64_t>(q_row0) * p.num_qo_heads + head) * D + d,
+           acc);
     if (d == 0 && p.maybe_lse) {
       const float m_all = row_m[row], l_all = row_l[row];
       p.maybe_lse[static_cast<std::int64_t>(q_row0) * p.num_qo_heads + head] =

@@ -39,6 +39,12 @@ __device__ __forceinline__ void grid_dependency_wait() {
 __device__ __forceinline__ void launch_dependents() {
   asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
 }
+// The global nanosecond timer (%globaltimer), for diagnostics and tests.
+__device__ __forceinline__ unsigned long long globaltimer() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
 // Barrier kId (1..15; 0 is __syncthreads') over kCount threads, a multiple of 32. Immediate
 // operands: with a register id, ptxas reserves all 16 barriers for the kernel.
 template <int kId, int kCount>
