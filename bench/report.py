@@ -92,7 +92,9 @@ def prefill_table(ours, peers):
         peer_ratios(r, tf, us, "local", "local", "rope_off")
         if "raw" in us and "rope_off" in us:
             r["rope_overhead_raw"] = us["raw"] / us["rope_off"] - 1.0
-        # The Hopper kernel (builds with LAZYATTN_EXPERIMENTAL_WGMMA).
+        # The mma.sync kernel forced (local / rope_off are what PrefillKernel::kAuto picks).
+        peer_ratios(r, tf, us, "local_mma", "mma", "rope_off_mma")
+        # Results from before the wgmma kernel became the default name it *_wgmma.
         peer_ratios(r, tf, us, "local_wgmma", "wgmma", "rope_off_wgmma")
         out.append(r)
     return out
@@ -101,6 +103,8 @@ def prefill_table(ours, peers):
 def prefill_markdown(rows, meta):
     lines = [f"Prefill, {meta['device']}, commit {meta['commit']}, {meta['date']}; medians; "
              "TFLOP/s = 4 q kv d heads / time (halved for the causal square).", "",
+             "Kernels as PrefillKernel::kAuto picks them (wgmma for local and RoPE off at head dim "
+             "128, mma.sync for raw).", "",
              "| shape | local | raw | RoPE off | flash | cuDNN | local / flash | local / cuDNN | "
              "RoPE overhead local / raw |", "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
@@ -110,8 +114,18 @@ def prefill_markdown(rows, meta):
                      f"{fmt(r['cudnn_tflops'], '{:.0f}')} | {fmt(r.get('local_vs_flash'))}x | "
                      f"{fmt(r.get('local_vs_cudnn'))}x | {fmt(r.get('rope_overhead_local'), '{:+.1%}')} / "
                      f"{fmt(r.get('rope_overhead_raw'), '{:+.1%}')} |")
+    if any("local_mma" in r["ours_tflops"] for r in rows):
+        lines += ["", "The mma.sync kernel forced (PrefillKernel::kMmaSync), same call:", "",
+                  "| shape | local | RoPE off | local / flash | local / cuDNN | RoPE overhead |",
+                  "|---|---|---|---|---|---|"]
+        for r in rows:
+            tf = r["ours_tflops"]
+            lines.append(f"| {r['shape']} | {fmt(tf.get('local_mma'), '{:.0f}')} | "
+                         f"{fmt(tf.get('rope_off_mma'), '{:.0f}')} | "
+                         f"{fmt(r.get('mma_vs_flash'))}x | {fmt(r.get('mma_vs_cudnn'))}x | "
+                         f"{fmt(r.get('rope_overhead_mma'), '{:+.1%}')} |")
     if any("local_wgmma" in r["ours_tflops"] for r in rows):
-        lines += ["", "Hopper kernel (wgmma, LAZYATTN_EXPERIMENTAL_WGMMA), same call:", "",
+        lines += ["", "Hopper kernel (wgmma, forced by name before it became the default), same call:", "",
                   "| shape | local | RoPE off | local / flash | local / cuDNN | RoPE overhead |",
                   "|---|---|---|---|---|---|"]
         for r in rows:
@@ -198,6 +212,16 @@ def plot_prefill(rows, path, meta):
               ("ours RoPE off", [r["ours_tflops"].get("rope_off") or 0 for r in rows]),
               ("flash (no RoPE)", [r["flash_tflops"] or 0 for r in rows]),
               ("cuDNN (no RoPE)", [r["cudnn_tflops"] or 0 for r in rows])]
+    if any("local_mma" in r["ours_tflops"] for r in rows):
+        lines += ["", "The mma.sync kernel forced (PrefillKernel::kMmaSync), same call:", "",
+                  "| shape | local | RoPE off | local / flash | local / cuDNN | RoPE overhead |",
+                  "|---|---|---|---|---|---|"]
+        for r in rows:
+            tf = r["ours_tflops"]
+            lines.append(f"| {r['shape']} | {fmt(tf.get('local_mma'), '{:.0f}')} | "
+                         f"{fmt(tf.get('rope_off_mma'), '{:.0f}')} | "
+                         f"{fmt(r.get('mma_vs_flash'))}x | {fmt(r.get('mma_vs_cudnn'))}x | "
+                         f"{fmt(r.get('rope_overhead_mma'), '{:+.1%}')} |")
     if any("local_wgmma" in r["ours_tflops"] for r in rows):
         series.insert(1, ("ours local, wgmma", [r["ours_tflops"].get("local_wgmma") or 0
                                                  for r in rows]))

@@ -6,8 +6,9 @@
 //           raw       deferred RoPE, keys stored raw (rotated in registers at their positions)
 //           rope_off  the same kernel without RoPE (pre-rotated keys): our own no-RoPE peer
 //           reencode  Block-Attention's copy: every document re-rotated into private pages
-//           local_pdl local, launched with programmatic dependent launch (DecodeArgs::pdl): each
-//                     call's index loads overlap the previous call's tail
+//           local_no_pdl  local with DecodeArgs::pdl = false (every other mode runs with the
+//                     default, programmatic dependent launch: each call's index loads overlap
+//                     the previous call's tail)
 //   shapes: batch x context in {1x32768, 16x16384, 64x4096, 128x8192}, each request one document
 //           of context - 32 tokens and a 32-token tail; and "rag": 5 documents x 2048 tokens at
 //           shuffled starts + 32-token tail, against "single": one segment of the same length.
@@ -47,7 +48,7 @@ struct Shape {
   bool rag;     // 5 x 2048 documents at shuffled starts instead of one document
 };
 
-enum class Mode { kLocal, kRaw, kRopeOff, kReencode, kLocalTma, kRopeOffTma, kLocalPdl };
+enum class Mode { kLocal, kRaw, kRopeOff, kReencode, kLocalTma, kRopeOffTma, kLocalNoPdl };
 
 const char* name(Mode m) {
   switch (m) {
@@ -57,7 +58,7 @@ const char* name(Mode m) {
     case Mode::kReencode: return "reencode";
     case Mode::kLocalTma: return "local_tma";      // experimental TMA loader
     case Mode::kRopeOffTma: return "rope_off_tma";
-    case Mode::kLocalPdl: return "local_pdl";  // programmatic dependent launch (DecodeArgs::pdl)
+    case Mode::kLocalNoPdl: return "local_no_pdl";  // DecodeArgs::pdl = false
   }
   return "?";
 }
@@ -222,7 +223,7 @@ void run_once(Setup& s, Mode mode, int layer, cudaStream_t stream,
   a.params.head_dim = kHeadDim;
   a.rope = mode != Mode::kRopeOff && mode != Mode::kRopeOffTma;
   a.tma = mode == Mode::kLocalTma || mode == Mode::kRopeOffTma;
-  a.pdl = mode == Mode::kLocalPdl;
+  a.pdl = mode != Mode::kLocalNoPdl;
   const cuda::DevicePlan& plan = mode == Mode::kRaw ? s.plan_raw : s.plan_local;
 #ifdef LAZYATTN_DECODE_TIMELINE
   a.timeline = timeline;
@@ -330,7 +331,7 @@ std::vector<Shape> bench_shapes() {
 int main(int argc, char** argv) {
   for (const Shape& sh : bench_shapes()) {
     std::vector<Mode> modes{Mode::kLocal, Mode::kRaw, Mode::kRopeOff, Mode::kReencode,
-                            Mode::kLocalPdl};
+                            Mode::kLocalNoPdl};
 #ifdef LAZYATTN_EXPERIMENTAL_TMA
     modes.insert(modes.end(), {Mode::kLocalTma, Mode::kRopeOffTma});
 #endif

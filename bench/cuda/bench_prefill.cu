@@ -6,7 +6,9 @@
 //   encode_N     causal document encoding, N = 4096 and 16384 (one tail of N tokens from 0, all
 //                its tokens queries); FLOPs halved for the causal square
 //   modes        local (documents and tail in local form), raw (keys rotated in the kernel), and
-//                rope_off (the same kernel on pre-rotated keys and queries)
+//                rope_off (pre-rotated keys and queries), each with the kernel PrefillKernel::kAuto
+//                picks (the label names it: wgmma for local and rope_off, mma_sync for raw);
+//                local_mma and rope_off_mma force the mma.sync kernel
 //   splits       automatic key-range splits (a workspace is passed); LAZYATTN_BENCH_PREFILL_SPLITS=N
 //                forces N
 #include <benchmark/benchmark.h>
@@ -36,16 +38,16 @@ struct Shape {
   int tail_len;      // the request's own tokens, all of them queries
 };
 
-// *_wgmma: the experimental Hopper kernel (builds with LAZYATTN_EXPERIMENTAL_WGMMA only).
-enum class Mode { kLocal, kRaw, kRopeOff, kLocalWgmma, kRopeOffWgmma };
+// *Mma: the mma.sync kernel forced (kAuto takes the wgmma kernel for these shapes' local form).
+enum class Mode { kLocal, kRaw, kRopeOff, kLocalMma, kRopeOffMma };
 
 const char* name(Mode m) {
   switch (m) {
     case Mode::kLocal: return "local";
     case Mode::kRaw: return "raw";
     case Mode::kRopeOff: return "rope_off";
-    case Mode::kLocalWgmma: return "local_wgmma";
-    case Mode::kRopeOffWgmma: return "rope_off_wgmma";
+    case Mode::kLocalMma: return "local_mma";
+    case Mode::kRopeOffMma: return "rope_off_mma";
   }
   return "?";
 }
@@ -133,9 +135,11 @@ void bench_prefill(benchmark::State& state, Shape sh, Mode mode) {
   a.params.num_qo_heads = kQoHeads;
   a.params.num_kv_heads = kKvHeads;
   a.params.head_dim = kHeadDim;
-  a.rope = mode != Mode::kRopeOff && mode != Mode::kRopeOffWgmma;
-  a.wgmma = mode == Mode::kLocalWgmma || mode == Mode::kRopeOffWgmma;
+  a.rope = mode != Mode::kRopeOff && mode != Mode::kRopeOffMma;
+  a.kernel = mode == Mode::kLocalMma || mode == Mode::kRopeOffMma ? cuda::PrefillKernel::kMmaSync
+                                                                   : cuda::PrefillKernel::kAuto;
   const cuda::DevicePlan& plan = mode == Mode::kRaw ? s.plan_raw : s.plan_local;
+  state.SetLabel(cuda::to_string(cuda::resolve_prefill_kernel(a, plan, *s.rope)));
   if (const char* e = std::getenv("LAZYATTN_BENCH_PREFILL_SPLITS")) a.kv_splits = std::atoi(e);
   for (int i = 0; i < 3; ++i) cuda::prefill(a, *s.pool, plan, *s.rope, &s.ws);
   bench::EventTimer timer;
@@ -153,10 +157,8 @@ int main(int argc, char** argv) {
   std::vector<Shape> shapes{{"rag_tail", 16, 512, 512}, {"encode_4096", 0, 0, 4096},
                             {"encode_16384", 0, 0, 16384}};
   for (const Shape& sh : shapes) {
-    std::vector<Mode> modes{Mode::kLocal, Mode::kRaw, Mode::kRopeOff};
-#ifdef LAZYATTN_EXPERIMENTAL_WGMMA
-    modes.insert(modes.end(), {Mode::kLocalWgmma, Mode::kRopeOffWgmma});
-#endif
+    const std::vector<Mode> modes{Mode::kLocal, Mode::kRaw, Mode::kRopeOff, Mode::kLocalMma,
+                                  Mode::kRopeOffMma};
     for (Mode m : modes) {
       std::string n = "prefill/" + sh.name + "/" + name(m);
       benchmark::RegisterBenchmark(n.c_str(), bench_prefill, sh, m)

@@ -63,7 +63,8 @@ struct DeviceScenario {
 
   bool use_prefill = false;
   bool tma = false;  // cuda::DecodeArgs::tma (experimental TMA loader)
-  bool prefill_wgmma = false;  // cuda::PrefillArgs::wgmma (experimental Hopper kernel)
+  bool pdl = true;   // cuda::DecodeArgs::pdl (the default)
+  cuda::PrefillKernel prefill_kernel = cuda::PrefillKernel::kAuto;  // cuda::PrefillArgs::kernel
 
   // forced_splits < 0: the prefill kernel (its own schedule); otherwise decode with that many
   // splits (0: the heuristic).
@@ -106,6 +107,7 @@ struct DeviceScenario {
     a.params = sc.spec.params();
     a.rope = rope_on;
     a.tma = tma;
+    a.pdl = pdl;
     return a;
   }
 
@@ -144,7 +146,7 @@ struct DeviceScenario {
       a.params = d.params;
       a.rope = d.rope;
       a.kv_splits = prefill_kv_splits;
-      a.wgmma = prefill_wgmma;
+      a.kernel = prefill_kernel;
       cuda::prefill(a, pool, on, rope, &pws);
     } else {
       cuda::decode(args(rope_on, q_ptr), pool, on, rope, ws);

@@ -166,12 +166,14 @@ TEST_CASE("decode captures into a CUDA graph and replays to the same result", "[
   spec.doc_form = StorageForm::kLocal;
   test::ref::Scenario sc = test::ref::make_scenario(spec);
   gpu::DeviceScenario ds(sc, 0);
+  ds.pdl = false;  // the reference run: a plain launch
   gpu::GpuResult direct = ds.deferred();
   REQUIRE(direct.unwritten == 0);
 
   cudaStream_t stream;
   LAZYATTN_CUDA_CHECK(cudaStreamCreate(&stream));
   ds.poison();
+  ds.pdl = true;  // captured as launched by default: with programmatic dependent launch
   // Warm once on the stream (function attributes, workspace sizing), then capture.
   cuda::decode(ds.args(true, ds.q.data()), ds.pool, ds.plan, ds.rope, ds.ws, stream);
   LAZYATTN_CUDA_CHECK(cudaStreamSynchronize(stream));
@@ -220,6 +222,7 @@ TEST_CASE("decode under programmatic dependent launch reads q after the grid bef
   test::ref::Scenario sc = test::ref::make_scenario(spec);
   INFO(spec << "\n" << sc.layout_text);
   gpu::DeviceScenario ds(sc, 0);
+  ds.pdl = false;  // the reference run: a plain launch
   gpu::GpuResult direct = ds.deferred();
   REQUIRE(direct.unwritten == 0);
 

@@ -54,8 +54,8 @@ ScenarioSpec random_prefill_spec(std::uint64_t seed) {
   return s;
 }
 
-// Whether the experimental wgmma kernel takes this scenario (PrefillArgs::wgmma's conditions).
-[[maybe_unused]] bool wgmma_applies(const ScenarioSpec& s) {
+// Whether the wgmma kernel takes this scenario (cuda::wgmma_prefill_mismatch's conditions).
+bool wgmma_applies(const ScenarioSpec& s) {
   return s.head_dim == 128 && s.doc_form == StorageForm::kLocal &&
          s.tail_form == StorageForm::kLocal && s.partial_rotary == 1.0 &&
          s.pair_layout == PairLayout::kHalf;
@@ -92,33 +92,25 @@ void check_prefill(const test::ref::Scenario& sc) {
     CHECK(r2.empty());
   };
   gpu::DeviceScenario ds(sc, -1);
-  // The automatic split choice, then no split and a forced 3-way split of every key range (most
-  // of these small scenarios get one split automatically, so 3 exercises the merge).
-  for (int splits : {0, 1, 3}) {
-    ds.prefill_kv_splits = splits;
-    gpu::GpuResult got = ds.deferred();
-    INFO("kv_splits " << splits);
-    check_result(got);
-  }
-#ifdef LAZYATTN_EXPERIMENTAL_WGMMA
-  // The experimental Hopper kernel, where it applies (head dim 128, local form, full rotate-half
-  // rotary dims), under the same rule.
-  if (wgmma_applies(spec)) {
-    ds.prefill_wgmma = true;
+  // Each kernel that takes the scenario (the mma.sync one always, the wgmma one where it applies:
+  // then it is what kAuto picks), each with the automatic split choice, no split and a forced
+  // 3-way split of every key range (most of these small scenarios get one split automatically,
+  // so 3 exercises the merge).
+  std::vector<cuda::PrefillKernel> kernels{cuda::PrefillKernel::kMmaSync};
+  if (wgmma_applies(spec)) kernels.push_back(cuda::PrefillKernel::kWgmma);
+  for (cuda::PrefillKernel kernel : kernels) {
+    ds.prefill_kernel = kernel;
     for (int splits : {0, 1, 3}) {
       ds.prefill_kv_splits = splits;
       gpu::GpuResult got = ds.deferred();
-      INFO("wgmma kernel, kv_splits " << splits);
+      INFO("kernel " << cuda::to_string(kernel) << ", kv_splits " << splits);
       check_result(got);
     }
-    ds.prefill_wgmma = false;
   }
-#endif
 }
 
 }  // namespace
 
-#ifdef LAZYATTN_EXPERIMENTAL_WGMMA
 TEST_CASE("the wgmma prefill kernel on RAG tails and long query runs", "[cuda][prefill][hopper]") {
   for (std::int64_t nq : {1, 17, 128, 129, 512, 2049}) {
     ScenarioSpec spec;
@@ -142,7 +134,6 @@ TEST_CASE("the wgmma prefill kernel on RAG tails and long query runs", "[cuda][p
     check_prefill(sc);
   }
 }
-#endif
 
 TEST_CASE("prefill matches the float64 reference within 2x the eager error", "[cuda][prefill]") {
   const int kCases = std::max(1, test::options().cuda_cases / 2);
@@ -303,26 +294,92 @@ TEST_CASE("document encoding on the device matches the reference's", "[cuda][pre
       cuda::DevicePlan dp;
       dp.upload(plan, cuda::make_prefill_schedule(plan, Hk, Hq / Hk));
       cuda::DeviceBuffer<float> dlse(ref_lse.size());
-      LAZYATTN_CUDA_CHECK(cudaMemset(dout.data(), 0xff, dout.bytes()));
-      cuda::PrefillArgs a;
-      a.q = dq.data();
-      a.o = dout.data();
-      a.maybe_lse = dlse.data();
-      a.params = ap;
-      cuda::prefill(a, pool, dp, drope);
-      std::vector<bfloat16> out = dout.download();
-      std::vector<float> got(out.size());
-      for (std::size_t i = 0; i < out.size(); ++i) got[i] = to_float(out[i]);
-      std::vector<float> lse = dlse.download();
-      // Keys rounded to 16 bits after rotation (local form), queries after rotation, P before
-      // P V, the output at the end: a few 16-bit rounding steps, bounded as for the eager path.
-      double scale = gpu::max_abs(ref_out);
-      std::string r1 = gpu::check_error_rule(got, ref_out, 2 * 0x1p-8 * scale, 1e-3 * scale);
-      INFO(r1);
-      CHECK(r1.empty());
-      std::string r2 = gpu::check_error_rule(lse, ref_lse, 8 * 0x1p-8, 1e-3);
-      INFO(r2);
-      CHECK(r2.empty());
+      // kAuto (the wgmma kernel for local form, the mma.sync one for raw), then the mma.sync
+      // kernel forced.
+      for (cuda::PrefillKernel kernel : {cuda::PrefillKernel::kAuto, cuda::PrefillKernel::kMmaSync}) {
+        cuda::PrefillArgs a;
+        a.q = dq.data();
+        a.o = dout.data();
+        a.maybe_lse = dlse.data();
+        a.params = ap;
+        a.kernel = kernel;
+        const cuda::PrefillKernel used = cuda::resolve_prefill_kernel(a, dp, drope);
+        INFO("kernel " << cuda::to_string(kernel) << " -> " << cuda::to_string(used));
+        CHECK(used == (kernel == cuda::PrefillKernel::kAuto && form == StorageForm::kLocal
+                           ? cuda::PrefillKernel::kWgmma
+                           : cuda::PrefillKernel::kMmaSync));
+        LAZYATTN_CUDA_CHECK(cudaMemset(dout.data(), 0xff, dout.bytes()));
+        LAZYATTN_CUDA_CHECK(cudaMemset(dlse.data(), 0xff, dlse.bytes()));
+        cuda::prefill(a, pool, dp, drope);
+        std::vector<bfloat16> out = dout.download();
+        std::vector<float> got(out.size());
+        for (std::size_t i = 0; i < out.size(); ++i) got[i] = to_float(out[i]);
+        std::vector<float> lse = dlse.download();
+        // Keys rounded to 16 bits after rotation (local form), queries after rotation, P before
+        // P V, the output at the end: a few 16-bit rounding steps, bounded as for the eager path.
+        double scale = gpu::max_abs(ref_out);
+        std::string r1 = gpu::check_error_rule(got, ref_out, 2 * 0x1p-8 * scale, 1e-3 * scale);
+        INFO(r1);
+        CHECK(r1.empty());
+        std::string r2 = gpu::check_error_rule(lse, ref_lse, 8 * 0x1p-8, 1e-3);
+        INFO(r2);
+        CHECK(r2.empty());
+      }
     }
   }
+}
+
+TEST_CASE("prefill's kernel choice: kAuto takes wgmma where it applies, kWgmma names the misfit",
+          "[cuda][prefill][errors]") {
+  const int Hq = 8, Hk = 2, P = 16;
+  // A store of head dim D with one document in `form`, its plan uploaded for prefill, and the
+  // choice for a given rope, kernel and rope switch.
+  auto choose = [&](int D, StorageForm form, const RopeConfig& rc, cuda::PrefillKernel kernel,
+                    bool rope_on) {
+    RopePolicy rope(rc);
+    KvStoreConfig cfg{1, Hk, D, P, DType::kBFloat16, 8};
+    KvStore store(cfg);
+    std::vector<float> k(static_cast<std::size_t>(40 * Hk * D), 0.5f);
+    DocHandle doc = store.insert(DocKey{1, 1}, form, 40, std::span<const float>(k),
+                                 std::span<const float>(k), true)
+                        .handle;
+    RequestLayout r;
+    r.num_queries = 0;
+    r.segments = {Segment::document(doc, 40, 3)};
+    TailHandle tail = store.create_tail(StorageForm::kLocal);
+    store.append(tail, 5, std::span<const float>(k.data(), 5 * Hk * D),
+                 std::span<const float>(k.data(), 5 * Hk * D));
+    r.segments.push_back(Segment::of_tail(tail, 5, 43));
+    r.num_queries = 5;
+    Plan plan = make_plan(store, r);
+    cuda::DevicePlan dp;
+    dp.upload(plan, cuda::make_prefill_schedule(plan, Hk, Hq / Hk));
+    cuda::DeviceRope drope(rope);
+    cuda::PrefillArgs a;
+    a.params = AttentionParams{Hq, Hk, D};
+    a.kernel = kernel;
+    a.rope = rope_on;
+    return cuda::resolve_prefill_kernel(a, dp, drope);
+  };
+  RopeConfig full;
+  full.head_dim = 128;
+  RopeConfig partial = full;
+  partial.partial_rotary_factor = 0.5;
+  RopeConfig d64;
+  d64.head_dim = 64;
+  using K = cuda::PrefillKernel;
+  CHECK(choose(128, StorageForm::kLocal, full, K::kAuto, true) == K::kWgmma);
+  CHECK(choose(128, StorageForm::kLocal, full, K::kMmaSync, true) == K::kMmaSync);
+  CHECK(choose(128, StorageForm::kRaw, full, K::kAuto, true) == K::kMmaSync);
+  CHECK(choose(128, StorageForm::kLocal, partial, K::kAuto, true) == K::kMmaSync);
+  CHECK(choose(128, StorageForm::kLocal, partial, K::kAuto, false) == K::kWgmma);  // RoPE off
+  CHECK(choose(64, StorageForm::kLocal, d64, K::kAuto, true) == K::kMmaSync);
+  CHECK_THROWS_WITH(choose(128, StorageForm::kRaw, full, K::kWgmma, true),
+                    Catch::Contains("raw-form segments"));
+  CHECK_THROWS_WITH(choose(128, StorageForm::kLocal, partial, K::kWgmma, true),
+                    Catch::Contains("rotary_dim 64"));
+  CHECK_THROWS_WITH(choose(64, StorageForm::kLocal, d64, K::kWgmma, true),
+                    Catch::Contains("head_dim 64"));
+  CHECK_THROWS_WITH(choose(128, StorageForm::kLocal, full, static_cast<K>(7), true),
+                    Catch::Contains("kernel 7"));
 }

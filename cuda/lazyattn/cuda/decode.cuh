@@ -758,11 +758,13 @@ struct DecodeArgs {
   // instead of 16-byte cp.async. Needs a build with LAZYATTN_EXPERIMENTAL_TMA defined; passes the
   // decode tests on the H200 but reads 5-10% slower at batch >= 16 (docs/performance.md).
   bool tma = false;
-  // Programmatic dependent launch: the kernel may start while the previous kernel in the stream
-  // is still running, and reads the plan, its schedule and the RoPE tables before that kernel
-  // has finished (so that kernel must not write them; DevicePlan::upload's copies are fine); q,
-  // the K/V pools, the workspace and the outputs are touched only after it has completed.
-  bool pdl = false;
+  // Programmatic dependent launch (on by default): the kernel may start while the previous kernel
+  // in the stream is still running, and reads the plan, its schedule and the RoPE tables before
+  // that kernel has finished (so that kernel must not write them; DevicePlan::upload's and
+  // DeviceRope's copies are fine: a copy between two kernels orders them as usual); q, the K/V
+  // pools, the workspace and the outputs are touched only after it has completed. false: a
+  // plain launch.
+  bool pdl = true;
 #ifdef LAZYATTN_DECODE_TIMELINE
   unsigned long long* timeline = nullptr;  // diagnostic: [num_work * kv_heads][kTimelineEvents]
 #endif

@@ -495,10 +495,9 @@ __global__ void __launch_bounds__(PrefillShape<D>::kThreads, PrefillShape<D>::kM
   }
 }
 
-#ifdef LAZYATTN_EXPERIMENTAL_WGMMA
-// EXPERIMENTAL (LAZYATTN_EXPERIMENTAL_WGMMA): the same prefill on Hopper's warpgroup MMA, head
-// dim 128, 16-bit, local form with full rotate-half rotary dims (the launcher rejects anything
-// else, naming it). Two warpgroups own 64 query rows each of the CTA's 128.
+// The same prefill on Hopper's warpgroup MMA (PrefillKernel::kWgmma; what kAuto picks where it
+// applies): head dim 128, 16-bit, local form with full rotate-half rotary dims (everything else
+// runs on the mma.sync kernel above). Two warpgroups own 64 query rows each of the CTA's 128.
 //  - K/V: a ring of kWgmmaStages tiles loaded by cp.async (all threads) in the blocked
 //    128-byte-swizzle layout wgmma's descriptors read; K issued two tiles ahead, V one; one CTA
 //    barrier per tile.
@@ -944,7 +943,6 @@ __global__ void __launch_bounds__(kWgmmaPrefillThreads, 1)
     if (t4 == 0 && p.maybe_lse) p.maybe_lse[out_row] = lse2 * 0.6931471805599453f;
   }
 }
-#endif  // LAZYATTN_EXPERIMENTAL_WGMMA
 
 // Merges the splits' partial states of one output row per warp: weights 2^(lse_z - max).
 template <class T, int D>
@@ -984,6 +982,19 @@ struct PrefillWorkspace {
   DeviceBuffer<float> partial_lse;
 };
 
+// The prefill kernels: the FlashAttention-2-style mma.sync kernel (every head dim, form and
+// rotary layout) and the Hopper wgmma kernel (head dim 128, local form, rotate-half).
+enum class PrefillKernel : std::uint8_t { kAuto, kMmaSync, kWgmma };
+
+inline const char* to_string(PrefillKernel k) {
+  switch (k) {
+    case PrefillKernel::kAuto: return "auto";
+    case PrefillKernel::kMmaSync: return "mma_sync";
+    case PrefillKernel::kWgmma: return "wgmma";
+  }
+  return "?";
+}
+
 struct PrefillArgs {
   DType dtype = DType::kBFloat16;
   const void* q = nullptr;     // [num_queries, num_qo_heads, head_dim], dtype
@@ -995,10 +1006,43 @@ struct PrefillArgs {
   // Key-range splits per query tile: 0 picks (enough CTAs to fill the GPU when the query tiles
   // alone do not), 1 none, N forces N. Splits need a workspace.
   int kv_splits = 0;
-  // EXPERIMENTAL: the Hopper (wgmma) kernel. Needs a build with LAZYATTN_EXPERIMENTAL_WGMMA;
-  // head dim 128, 16-bit, local-form segments, full rotate-half rotary dims.
-  bool wgmma = false;
+  // Which kernel: kAuto takes the Hopper (wgmma) kernel where it applies (head dim 128,
+  // local-form segments only, rotate-half over all head dims or RoPE off) and the mma.sync
+  // kernel otherwise; kWgmma insists (and throws, naming what does not fit), kMmaSync forces the
+  // FlashAttention-2-style kernel.
+  PrefillKernel kernel = PrefillKernel::kAuto;
 };
+
+// Why the wgmma kernel cannot take this prefill, or nullptr when it can.
+inline const char* wgmma_prefill_mismatch(const PrefillArgs& args, const DevicePlan& plan,
+                                          const DeviceRope& rope) {
+  if (args.params.head_dim != 128) return "head_dim is not 128";
+  if (plan.has_raw_segments()) return "the plan has raw-form segments (local form only)";
+  const RopeView& rv = rope.view();
+  if (args.rope && (rv.rotary_dim != 128 || rv.interleaved))
+    return "the rotary dims are not all 128 in the rotate-half layout";
+  return nullptr;
+}
+
+// The kernel prefill() launches for these arguments (kAuto resolved; throws where kWgmma is
+// asked for and does not apply).
+inline PrefillKernel resolve_prefill_kernel(const PrefillArgs& args, const DevicePlan& plan,
+                                            const DeviceRope& rope) {
+  const char* mismatch = wgmma_prefill_mismatch(args, plan, rope);
+  switch (args.kernel) {
+    case PrefillKernel::kMmaSync:
+      return PrefillKernel::kMmaSync;
+    case PrefillKernel::kWgmma:
+      LAZYATTN_CHECK(!mismatch, "cuda::prefill: kernel = wgmma, but ", mismatch ? mismatch : "",
+                     " (head_dim ", args.params.head_dim, ", rotary_dim ", rope.view().rotary_dim,
+                     rope.view().interleaved ? " interleaved" : "", ")");
+      return PrefillKernel::kWgmma;
+    case PrefillKernel::kAuto:
+      return mismatch ? PrefillKernel::kMmaSync : PrefillKernel::kWgmma;
+  }
+  ::lazyattn::detail::throw_error("cuda::prefill: kernel ", static_cast<int>(args.kernel),
+                      ", expected auto (0), mma_sync (1) or wgmma (2)");
+}
 
 // Launches the prefill for one layer over a plan uploaded with make_prefill_schedule. The K/V of
 // the new tail tokens must already be in their pages (write_tokens). No host synchronisation.
@@ -1066,25 +1110,12 @@ inline void prefill(const PrefillArgs& args, const DevicePool& pool, const Devic
   int log2_page = 0;
   while ((1 << log2_page) < geo.page_size) ++log2_page;
   p.page_size_log2 = log2_page;
-#ifdef LAZYATTN_EXPERIMENTAL_WGMMA
-  if (args.wgmma) {
-    LAZYATTN_CHECK(ap.head_dim == 128, w, ": wgmma = true with head_dim ", ap.head_dim,
-                   ", expected 128");
-    LAZYATTN_CHECK(!plan.has_raw_segments(), w,
-                   ": wgmma = true with raw-form segments, expected local form only");
-    LAZYATTN_CHECK(!args.rope || (rv.rotary_dim == 128 && !rv.interleaved), w,
-                   ": wgmma = true with rotary_dim ", rv.rotary_dim, rv.interleaved ? " interleaved" : "",
-                   ", expected 128 dims in the rotate-half layout");
-  }
-#else
-  LAZYATTN_CHECK(!args.wgmma, w, ": wgmma = true, but this build has no wgmma kernel (define "
-                 "LAZYATTN_EXPERIMENTAL_WGMMA)");
-#endif
+  const bool wgmma = resolve_prefill_kernel(args, plan, rope) == PrefillKernel::kWgmma;
   int splits = args.kv_splits;
   if (splits == 0) {  // enough CTAs for one full wave, each split at least 4 key tiles
     const std::int64_t ctas = static_cast<std::int64_t>(sv.num_qtiles) * ap.num_kv_heads;
     const std::int64_t capacity =
-        std::int64_t{device_sm_count()} * (ap.head_dim <= 128 && !args.wgmma ? 2 : 1);
+        std::int64_t{device_sm_count()} * (ap.head_dim <= 128 && !wgmma ? 2 : 1);
     const std::int64_t tiles = sv.num_tiles / std::max(1, pv.num_requests);
     splits = ws ? static_cast<int>(std::clamp<std::int64_t>(
                       std::min(capacity / ctas, tiles / 4), 1, 16))
@@ -1114,9 +1145,8 @@ inline void prefill(const PrefillArgs& args, const DevicePool& pool, const Devic
           LAZYATTN_CUDA_CHECK_LAUNCH();
         };
         bool launched = false;
-#ifdef LAZYATTN_EXPERIMENTAL_WGMMA
         if constexpr (D == 128) {
-          if (args.wgmma) {
+          if (wgmma) {
             constexpr int kSmem = detail::WgmmaPrefillShape::kSmemBytes;
             auto launch_wgmma = [&](auto kernel) {
               prepare_kernel(kernel, kSmem);
@@ -1130,7 +1160,6 @@ inline void prefill(const PrefillArgs& args, const DevicePool& pool, const Devic
             launched = true;
           }
         }
-#endif
         if (!launched) {
           if (args.rope) launch(detail::prefill_kernel<T, D, true>);
           else launch(detail::prefill_kernel<T, D, false>);

@@ -1,8 +1,8 @@
 // Hopper warpgroup MMA (wgmma) building blocks: shared-memory matrix descriptors for the layouts
 // the TMA's 128-byte swizzle writes, the fence / commit / wait protocol, and m64n64k16 with A from
-// shared memory or from registers, and m64n128k16. Used by the experimental Hopper prefill
-// (LAZYATTN_EXPERIMENTAL_WGMMA); tests/cuda/test_wgmma.cu ([cuda][hopper]) checks each form
-// against a CPU product (all pass on the H200, 2026-11-29).
+// shared memory or from registers, and m64n128k16. Used by the Hopper prefill
+// (PrefillKernel::kWgmma, the default where it applies); tests/cuda/test_wgmma.cu
+// ([cuda][hopper]) checks each form against a CPU product (all pass on the H200, 2026-11-29).
 //
 // Layouts (16-bit elements, tiles at 1024-byte boundaries):
 //   K-major operand (A [M][K] or B [N][K], K contiguous), as the TMA writes a [rows][D] tile in
