@@ -7,12 +7,17 @@
 // K/V tiles stream through a cp.async pipeline (page-table gather, 16-byte copies, XOR swizzle
 // for conflict-free ldmatrix).
 //
-// Deferred rotation, per segment of the tile:
-//   local form  the query is rotated once per segment by (m - s) and rounded to 16 bits once;
-//   raw form    the query is rotated by m, each key at its logical position n in fp32 registers,
-//               with cos/sin(n w) = cos/sin(n0 w) (x) cos/sin((n - n0) w): one exact angle per
-//               pair for each warp's group of 16 keys (computed a tile ahead, off the critical
-//               path), the offsets 0..15 from a table (DeviceRope) kept in shared memory.
+// Deferred rotation: each tile needs the query rotated by some delta, rounded to 16 bits once:
+//   local form  delta = m - s, s the segment's logical start: a new query once per segment;
+//   raw form    delta = m - n0, n0 the logical position of the tile's first key, and each key
+//               rotated in fp32 registers by its offset r = n - n0 < 64 in the tile:
+//               <R(m) q, R(n0 + r) k> = <R(m - n0) q, R(r) k>. R(r) is the same for every tile,
+//               so each thread keeps the cos/sin of its two keys' offsets in registers (from
+//               DeviceRope's offset table, loaded at the first raw tile): four multiply-adds per
+//               (key, pair), no angle work in the loop.
+// The queries for a new delta are built a tile ahead into the second of two buffers (the angles
+// two tiles ahead), so a tile that changes the rotation waits at no extra barrier (rotate-half
+// over all dims, D <= 128; other layouts build in place behind two barriers).
 // kRope = false skips both (keys pre-rotated at logical positions, queries pre-rotated by the
 // caller): the RoPE-off baseline.
 #pragma once
@@ -122,22 +127,18 @@ struct DecodeShape {
   static constexpr int kKSteps = D / 16;
   static constexpr int kTileElems = kDecodeTileKeys * D;
   static constexpr bool kQInRegisters = D <= 128;
-  static constexpr int kGroupKeys = 16;  // keys per warp: raw-form angles are based per group
-  // Shared memory (bytes): K/V stages (reused to merge the warps), the rotated 16-bit query,
-  // cos/sin of the query's rotation, and for raw form the cos/sin of each warp group's base
-  // position (two tiles: the next one is computed ahead) and of the offsets 0..15 within a group.
+  // Raw form: cos/sin of this thread's two keys' in-tile offsets, per pair it holds (D / 8
+  // each), in registers up to D = 128; at 256 read from the offset table (L1/L2) at each use.
+  static constexpr bool kKeyCsInRegisters = D <= 128;
+  // Shared memory (bytes): K/V stages (reused to merge the warps), two buffers of the rotated
+  // 16-bit query and two of the cos/sin of a query rotation (the next ones built ahead).
   static constexpr int kStageBytes = 2 * kTileElems * 2;
   static constexpr int kMergeBytes = kDecodeWarps * kRows * (D + 4) * 4;
   static constexpr int kPipeBytes = kStages * kStageBytes > kMergeBytes ? kStages * kStageBytes
                                                                        : kMergeBytes;
-  static constexpr int kQRotOffset = kPipeBytes;
-  static constexpr int kCsQueryOffset = kQRotOffset + kRows * D * 2;
-  static constexpr int kCsBaseOffset = kCsQueryOffset + (D / 2) * 8;
-  static constexpr int kCsOffsetOffset = kCsBaseOffset + 2 * kDecodeWarps * (D / 2) * 8;
-  // Rows of the offset table padded by one pair: the eight keys g of a B fragment read one
-  // pair column at once, which at a stride of D/2 pairs (a multiple of 128 bytes) hit one bank.
-  static constexpr int kOffsetStride = D / 2 + 1;
-  static constexpr int kSmemBytes = kCsOffsetOffset + kGroupKeys * kOffsetStride * 8;
+  static constexpr int kQRotOffset = kPipeBytes;              // [2][kRows][D] 16-bit
+  static constexpr int kCsQueryOffset = kQRotOffset + 2 * kRows * D * 2;  // [2][D / 2] float2
+  static constexpr int kSmemBytes = kCsQueryOffset + 2 * (D / 2) * 8;
   // The TMA loader adds one mbarrier per stage and the merge's "last CTA" flag (the cp.async
   // kernel keeps that flag in static shared memory).
   static constexpr int kBarOffset = kSmemBytes;
@@ -160,11 +161,8 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
     if ((ptx::smem_addr(smem) & 1023u) != 0) __trap();
   }
   T* stage_base = reinterpret_cast<T*>(smem);
-  T* q_rot = reinterpret_cast<T*>(smem + Shape::kQRotOffset);
-  float2* cs_query = reinterpret_cast<float2*>(smem + Shape::kCsQueryOffset);
-  float2* cs_base = reinterpret_cast<float2*>(smem + Shape::kCsBaseOffset);      // [2][warp][pair]
-  float2* cs_offset = reinterpret_cast<float2*>(smem + Shape::kCsOffsetOffset);  // [16][stride]
-  constexpr int kOffStride = Shape::kOffsetStride;
+  T* q_rot_buf = reinterpret_cast<T*>(smem + Shape::kQRotOffset);               // [2][row][D]
+  float2* cs_query = reinterpret_cast<float2*>(smem + Shape::kCsQueryOffset);  // [2][pair]
 
   LAZYATTN_TL(kTlEntry);
   LAZYATTN_TL(kTlSm);
@@ -242,109 +240,181 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
   float row_max[2] = {-INFINITY, -INFINITY};
   float row_sum[2] = {0.0f, 0.0f};  // this thread's share; reduced across the quad at the end
   std::uint32_t qa[Shape::kQInRegisters ? Shape::kKSteps : 1][4];
-  bool offsets_ready = false;  // raw form: cs_offset loaded
-  bool base_ready = false;     // raw form: cs_base holds this tile's angles
-
-  // cos/sin of each warp group's first key position of a tile, into buffer `parity`.
-  auto compute_bases = [&](const TileInfo& ti, int parity) {
-    const std::int64_t n0 = ti.seg_start + ti.key0;
-    for (int i = tid; i < kDecodeWarps * rot_half; i += kDecodeThreads) {
-      int grp = i / rot_half, j = i % rot_half;
-      cs_base[(parity * kDecodeWarps + grp) * (D / 2) + j] =
-          rope_cos_sin(n0 + grp * Shape::kGroupKeys, turns[j]);
-    }
-  };
   const std::uint8_t kRawForm = static_cast<std::uint8_t>(StorageForm::kRaw);
+  const float q_scale = (kRope ? p.rope.query_scale : 1.0f) * p.sm_scale_log2;
 
-  // The rotated, scaled 16-bit query of the group (rows >= G zero), for one rotation `delta`.
-  // Rotate-half over all D dims (Llama, Qwen, Mistral), D <= 128: each thread holds 8 dims
-  // d..d+7 of one row and their partners d + D/2.. in registers from its first build on (two
-  // 16-byte loads, issued before the first angles are computed), and a later rebuild finds the
-  // angles already in cs_query (precompute_angles, a tile ahead): one barrier, no memory
-  // latency, no sines on the boundary tile. Other layouts, and D = 256 (whose registers are
-  // full), go element by element.
+  // ---- raw form: cos/sin of this thread's keys' offsets in a tile -----------------------------
+  // Its B fragments hold keys r = 16 warp + g and r + 8 of every tile. Entry e of a key: in the
+  // rotate-half layout k-step kk = e / 4 of the first half, dims j = 16 kk + 2 t4 + {0, 1, 8, 9}
+  // (pairs j, partners j + rotary/2); interleaved, k-step kk = e / 2, pairs 8 kk + t4 + {0, 4}.
+  const int rot_steps = rotary / 16;  // k-steps that hold rotary dims
+  const int half_steps = rot_steps / 2;
+  constexpr int kKeyCs = D / 8;
+  const float2* offset_table =
+      p.rope.offset_cs + static_cast<std::int64_t>(rope_set) * p.rope.offset_rows * rot_half;
+  auto key_cs_load = [&](int key, int e) -> float2 {
+    const int r = warp * 16 + g + 8 * key;
+    int pair;
+    bool valid;
+    if (interleaved) {
+      pair = 8 * (e >> 1) + t4 + 4 * (e & 1);
+      valid = (e >> 1) < rot_steps;
+    } else {
+      pair = 16 * (e >> 2) + 2 * t4 + (e & 1) + 8 * ((e >> 1) & 1);
+      valid = (e >> 2) < half_steps;
+    }
+    return valid ? __ldg(offset_table + r * rot_half + pair) : make_float2(1.0f, 0.0f);
+  };
+  float2 key_cs_reg[Shape::kKeyCsInRegisters ? 2 : 1][Shape::kKeyCsInRegisters ? kKeyCs : 1];
+  bool key_cs_ready = false;
+  auto key_cs = [&](int key, int e) -> float2 {  // key and e compile-time in unrolled loops
+    if constexpr (Shape::kKeyCsInRegisters) return key_cs_reg[key][e];
+    else return key_cs_load(key, e);
+  };
+
+  // ---- the rotated query ----------------------------------------------------------------------
+  // Each tile needs the query rotated by tile_delta (m - s local, m - n0 raw). Two buffers: the
+  // current query and the next one, built a tile ahead where the layout allows (fast_query:
+  // rotate-half over all D <= 128 dims; each thread holds 8 dims d..d+7 of one row and their
+  // partners d + D/2.. in registers), from cos/sin computed two tiles ahead into one of two
+  // angle buffers (tagged with the rotation they hold). Otherwise the query is built element by
+  // element behind two barriers when the rotation changes.
+  auto tile_delta = [&](const TileInfo& t) -> std::int64_t {
+    if (!kRope) return 0;
+    return t.form == kRawForm ? m_pos - (t.seg_start + t.key0) : m_pos - t.seg_start;
+  };
   constexpr int kPairChunks = kRows * (D / 16);  // (row, 8 first-half dims) units
   constexpr int kPer = (kPairChunks + kDecodeThreads - 1) / kDecodeThreads;
   const bool fast_query = kRope && kPer == 1 && !interleaved && rotary == D;
-  uint4 q_x = make_uint4(0, 0, 0, 0), q_y = q_x;  // this thread's raw query chunk (fast path)
-  bool q_loaded = false;
-  std::int64_t cs_ready = 0;  // the rotation cs_query holds, when cs_valid
-  bool cs_valid = false;
-  auto precompute_angles = [&](std::int64_t delta) {
-    for (int j = tid; j < rot_half; j += kDecodeThreads) cs_query[j] = rope_cos_sin(delta, turns[j]);
-    cs_ready = delta;
-    cs_valid = true;
+  const int fq_row = tid / (D / 16), fq_d = (tid % (D / 16)) * 8;
+  const bool fq_owner = tid < kPairChunks && fq_row < G;  // holds a real query chunk
+  uint4 q_x = make_uint4(0, 0, 0, 0), q_y = q_x;           // its raw query chunk (fast path)
+  constexpr std::int64_t kNoDelta = INT64_MIN;
+  // The rotation each angle buffer holds (two scalars: an indexed array would live in memory).
+  std::int64_t cs_tag0 = kNoDelta, cs_tag1 = kNoDelta;
+  auto cs_tag = [&](int cb) { return cb ? cs_tag1 : cs_tag0; };
+  auto set_cs_tag = [&](int cb, std::int64_t delta) {
+    if (cb) cs_tag1 = delta;
+    else cs_tag0 = delta;
   };
-  auto build_query = [&](std::int64_t delta) {
-    if (fast_query) {
-      const int row = tid / (D / 16), d = (tid % (D / 16)) * 8;
-      if (!q_loaded) {
-        if (tid < kPairChunks && row < G) {
-          q_x = *reinterpret_cast<const uint4*>(q_src + row * D + d);
-          q_y = *reinterpret_cast<const uint4*>(q_src + row * D + d + D / 2);
-        }
-        q_loaded = true;
-      }
-      if (!cs_valid || cs_ready != delta) {
-        precompute_angles(delta);
-        __syncthreads();
-      }
-      const float scale = p.rope.query_scale * p.sm_scale_log2;
-      if (tid < kPairChunks) {
-        const std::uint32_t* xw = reinterpret_cast<const std::uint32_t*>(&q_x);
-        const std::uint32_t* yw = reinterpret_cast<const std::uint32_t*>(&q_y);
-        uint4 xo, yo;
-        std::uint32_t* xow = reinterpret_cast<std::uint32_t*>(&xo);
-        std::uint32_t* yow = reinterpret_cast<std::uint32_t*>(&yo);
+  int qbuf = 0;                       // the buffer holding the current query
+  std::int64_t q_delta = kNoDelta;    // its rotation
+  std::int64_t ahead_delta = kNoDelta;  // the rotation built into the other buffer, if any
+  auto q_rot_at = [&](int buf) { return q_rot_buf + buf * (kRows * D); };
+  // cos/sin of a rotation, scaled by the query scale, into angle buffer cb (fast path).
+  auto precompute_angles = [&](int cb, std::int64_t delta) {
+    for (int j = tid; j < rot_half; j += kDecodeThreads) {
+      const float2 c = rope_cos_sin(delta, turns[j]);
+      cs_query[cb * (D / 2) + j] = make_float2(c.x * q_scale, c.y * q_scale);
+    }
+    set_cs_tag(cb, delta);
+  };
+  // This thread's chunk of the query rotated by angle buffer cb into buffer buf (fast path).
+  auto build_fast = [&](int buf, int cb) {
+    if (!fq_owner) return;
+    const float2* cs = cs_query + cb * (D / 2);
+    const std::uint32_t* xw = reinterpret_cast<const std::uint32_t*>(&q_x);
+    const std::uint32_t* yw = reinterpret_cast<const std::uint32_t*>(&q_y);
+    uint4 xo, yo;
+    std::uint32_t* xow = reinterpret_cast<std::uint32_t*>(&xo);
+    std::uint32_t* yow = reinterpret_cast<std::uint32_t*>(&yo);
 #pragma unroll
-        for (int w = 0; w < 4; ++w) {
-          float2 x = ptx::unpack2<T>(xw[w]), y = ptx::unpack2<T>(yw[w]);
-          const float2 c0 = cs_query[d + 2 * w], c1 = cs_query[d + 2 * w + 1];
-          rotate_pair(x.x, y.x, c0);
-          rotate_pair(x.y, y.y, c1);
-          xow[w] = ptx::pack2<T>(x.x * scale, x.y * scale);
-          yow[w] = ptx::pack2<T>(y.x * scale, y.y * scale);
-        }
-        *reinterpret_cast<uint4*>(q_rot + swizzle<D>(row, d >> 3)) = xo;
-        *reinterpret_cast<uint4*>(q_rot + swizzle<D>(row, (d + D / 2) >> 3)) = yo;
-      }
-    } else {
-      if (kRope) {
-        for (int j = tid; j < rot_half; j += kDecodeThreads)
-          cs_query[j] = rope_cos_sin(delta, turns[j]);
-      }
-      __syncthreads();
-      for (int i = tid; i < kRows * D; i += kDecodeThreads) {
-        int row = i / D, d = i % D;
-        float v = 0.0f;
-        if (row < G) {
-          const T* qr = q_src + row * D;
-          if (!kRope || d >= rotary) {
-            v = ptx::to_f32(qr[d]);
-          } else {
-            const RotaryPair rp = rotary_pair(d, rot_half, interleaved);
-            const float x = ptx::to_f32(qr[d]), y = ptx::to_f32(qr[rp.partner]);
-            v = rotate_element(x, y, cs_query[rp.j], rp.first) * p.rope.query_scale;
-          }
-        }
-        q_rot[swizzle<D>(row, d >> 3) + (d & 7)] = ptx::from_f32<T>(v * p.sm_scale_log2);
-      }
+    for (int w = 0; w < 4; ++w) {
+      float2 x = ptx::unpack2<T>(xw[w]), y = ptx::unpack2<T>(yw[w]);
+      const float4 c = *reinterpret_cast<const float4*>(cs + fq_d + 2 * w);  // two pairs
+      rotate_pair(x.x, y.x, make_float2(c.x, c.y));
+      rotate_pair(x.y, y.y, make_float2(c.z, c.w));
+      xow[w] = ptx::pack2<T>(x.x, x.y);
+      yow[w] = ptx::pack2<T>(y.x, y.y);
+    }
+    T* dst = q_rot_at(buf);
+    *reinterpret_cast<uint4*>(dst + swizzle<D>(fq_row, fq_d >> 3)) = xo;
+    *reinterpret_cast<uint4*>(dst + swizzle<D>(fq_row, (fq_d + D / 2) >> 3)) = yo;
+  };
+  // Element by element (any layout, RoPE off too), into buffer buf: two barriers.
+  auto build_general = [&](int buf, std::int64_t delta) {
+    if (kRope) {
+      for (int j = tid; j < rot_half; j += kDecodeThreads)
+        cs_query[j] = rope_cos_sin(delta, turns[j]);
+      cs_tag0 = kNoDelta;  // unscaled: not for build_fast
     }
     __syncthreads();
+    T* dst = q_rot_at(buf);
+    for (int i = tid; i < kRows * D; i += kDecodeThreads) {
+      int row = i / D, d = i % D;
+      float v = 0.0f;
+      if (row < G) {
+        const T* qr = q_src + row * D;
+        if (!kRope || d >= rotary) {
+          v = ptx::to_f32(qr[d]);
+        } else {
+          const RotaryPair rp = rotary_pair(d, rot_half, interleaved);
+          const float x = ptx::to_f32(qr[d]), y = ptx::to_f32(qr[rp.partner]);
+          v = rotate_element(x, y, cs_query[rp.j], rp.first) * p.rope.query_scale;
+        }
+      }
+      dst[swizzle<D>(row, d >> 3) + (d & 7)] = ptx::from_f32<T>(v * p.sm_scale_log2);
+    }
+    __syncthreads();
+  };
+  // The query of buffer buf into the A fragments (registers up to D = 128).
+  auto load_query = [&](int buf) {
     if constexpr (Shape::kQInRegisters) {
+      const T* src = q_rot_at(buf);
 #pragma unroll
       for (int kk = 0; kk < Shape::kKSteps; ++kk) {
         int row = (mi & 1) * 8 + (lane & 7);
-        ptx::ldmatrix_x4(qa[kk], ptx::smem_addr(q_rot + swizzle<D>(row, 2 * kk + (mi >> 1))));
+        ptx::ldmatrix_x4(qa[kk], ptx::smem_addr(src + swizzle<D>(row, 2 * kk + (mi >> 1))));
       }
     }
   };
-  // The first rotation is built while the first tiles are in flight: its loads of the query and
-  // the frequencies, and its barriers, stay off the first tile's critical path.
-  std::int64_t q_delta = 0;
+  // Switches to the query rotated by `delta`: the one built ahead, or built now (uniform
+  // branch: every thread sees the same tiles).
+  auto use_query = [&](std::int64_t delta, int cb) {
+    const int nb = qbuf ^ 1;
+    if (ahead_delta != delta) {
+      if (fast_query) {
+        if (cs_tag(cb) != delta) {
+          precompute_angles(cb, delta);
+          __syncthreads();
+        }
+        build_fast(nb, cb);
+        __syncthreads();
+      } else {
+        build_general(nb, delta);
+      }
+    }
+    qbuf = nb;
+    q_delta = delta;
+    ahead_delta = kNoDelta;
+    load_query(qbuf);
+  };
+
+  // The first query is built while the first tiles are in flight: its loads of the query and
+  // the frequencies, and its barriers, stay off the first tile's critical path. Rows >= G of
+  // both buffers are zero from here on (the fast build writes real rows only).
   if (tile_begin < tile_end) {
-    q_delta = kRope && cur.form != kRawForm ? m_pos - cur.seg_start : m_pos;
-    build_query(q_delta);
+    const std::int64_t d0 = tile_delta(cur);
+    if (fast_query) {
+      if (tid < kPairChunks) {
+        if (fq_row < G) {
+          q_x = *reinterpret_cast<const uint4*>(q_src + fq_row * D + fq_d);
+          q_y = *reinterpret_cast<const uint4*>(q_src + fq_row * D + fq_d + D / 2);
+        } else {
+#pragma unroll
+          for (int buf = 0; buf < 2; ++buf) {
+            *reinterpret_cast<uint4*>(q_rot_at(buf) + swizzle<D>(fq_row, fq_d >> 3)) = q_x;
+            *reinterpret_cast<uint4*>(q_rot_at(buf) + swizzle<D>(fq_row, (fq_d + D / 2) >> 3)) =
+                q_x;
+          }
+        }
+      }
+      // The second tile's angles too, if it rotates differently (built ahead in the loop).
+      if (tile_begin + 1 < tile_end && tile_delta(next) != d0)
+        precompute_angles((tile_begin + 1) & 1, tile_delta(next));
+    }
+    qbuf = 1;  // use_query builds into buffer 0
+    use_query(d0, tile_begin & 1);
   }
 
   for (int tile = tile_begin; tile < tile_end; ++tile) {
@@ -369,38 +439,19 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
     }
 
     const bool raw = kRope && ti.form == kRawForm;
-
-    // ---- rebuild the rotated query when the rotation changes: once per local segment ---------
-    const std::int64_t delta = raw ? m_pos : m_pos - ti.seg_start;
-    if (kRope && delta != q_delta) {
-      build_query(delta);
-      q_delta = delta;
+    // ---- the query for this tile's rotation (built during the last tile, normally) ------------
+    if (kRope) {
+      const std::int64_t delta = tile_delta(ti);
+      if (delta != q_delta) use_query(delta, tile & 1);
     }
-    // The next tile's rotation, if it changes, a tile ahead (cs_query is dead once the query is
-    // built; the next iteration's first barrier publishes it).
-    if (fast_query && tile + 1 < tile_end) {
-      const std::int64_t next_delta = cur.form == kRawForm ? m_pos : m_pos - cur.seg_start;
-      if (next_delta != q_delta && (!cs_valid || cs_ready != next_delta))
-        precompute_angles(next_delta);
-    }
-
-    // ---- raw form: base angles of this tile (normally computed one tile ahead) ----------------
-    if (raw && !base_ready) {
-      if (!offsets_ready) {
-        const float2* table =
-            p.rope.offset_cs + static_cast<std::int64_t>(rope_set) * p.rope.offset_rows * rot_half;
-        for (int i = tid; i < Shape::kGroupKeys * rot_half; i += kDecodeThreads)
-          cs_offset[(i / rot_half) * kOffStride + i % rot_half] = table[i];
-        offsets_ready = true;
+    if (raw && !key_cs_ready) {
+      if constexpr (Shape::kKeyCsInRegisters) {
+#pragma unroll
+        for (int key = 0; key < 2; ++key)
+#pragma unroll
+          for (int e = 0; e < kKeyCs; ++e) key_cs_reg[key][e] = key_cs_load(key, e);
       }
-      compute_bases(ti, it & 1);
-      __syncthreads();
-    }
-    // The next tile's bases, written now into the other buffer, are read after the next barrier.
-    base_ready = false;
-    if (kRope && tile + 1 < tile_end && offsets_ready && cur.form == kRawForm) {
-      compute_bases(cur, (it + 1) & 1);
-      base_ready = true;
+      key_cs_ready = true;
     }
 
     const T* ks = stream.k_stage(it % S);
@@ -419,17 +470,14 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
     auto load_k = [&](std::uint32_t (&kb)[4], int kk) {
       ptx::ldmatrix_x4(kb, ptx::smem_addr(ks + kv_offset(k_row, 2 * kk + (mi & 1))));
     };
-    auto q_frag_smem = [&](std::uint32_t (&a)[4], int kk) {
-      int row = (mi & 1) * 8 + (lane & 7);
-      ptx::ldmatrix_x4(a, ptx::smem_addr(q_rot + swizzle<D>(row, 2 * kk + (mi >> 1))));
-    };
     // kk must be a compile-time constant (unrolled loop) when the query sits in registers.
     auto q_frag = [&](std::uint32_t (&a)[4], int kk) {
       if constexpr (Shape::kQInRegisters) {
 #pragma unroll
         for (int r = 0; r < 4; ++r) a[r] = qa[kk][r];
       } else {
-        q_frag_smem(a, kk);
+        int row = (mi & 1) * 8 + (lane & 7);
+        ptx::ldmatrix_x4(a, ptx::smem_addr(q_rot_at(qbuf) + swizzle<D>(row, 2 * kk + (mi >> 1))));
       }
     };
     if (!raw) {
@@ -442,46 +490,61 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
         ptx::mma_16816<T>(sc[1], a, kb[2], kb[3]);
       }
     } else {
-      // This thread's B fragments hold keys (warp*16 + g) and (warp*16 + 8 + g): offsets g and
-      // g + 8 from its warp group's base position.
-      const float2* base = cs_base + ((it & 1) * kDecodeWarps + warp) * (D / 2);
-      const int key_a = g, key_b = g + 8;
-      // Rotated 16-bit registers for (key, dims j, j+1) given the partner register.
-      auto rot_regs = [&](std::uint32_t& x_reg, std::uint32_t& y_reg, int key, int j0, bool inter) {
-        float2 xv = ptx::unpack2<T>(x_reg);
-        if (inter) {  // the pair is the register's two halves: dims (2i, 2i+1), i = j0 / 2
-          float2 c = combine_angles(base[j0 >> 1], cs_offset[key * kOffStride + (j0 >> 1)]);
-          rotate_pair(xv.x, xv.y, c);
-          x_reg = ptx::pack2<T>(xv.x, xv.y);
-        } else {  // pairs (j, j + rotary/2) across two registers
-          float2 yv = ptx::unpack2<T>(y_reg);
-          float2 c0 = combine_angles(base[j0], cs_offset[key * kOffStride + j0]);
-          float2 c1 = combine_angles(base[j0 + 1], cs_offset[key * kOffStride + j0 + 1]);
-          rotate_pair(xv.x, yv.x, c0);
-          rotate_pair(xv.y, yv.y, c1);
-          x_reg = ptx::pack2<T>(xv.x, xv.y);
-          y_reg = ptx::pack2<T>(yv.x, yv.y);
-        }
+      // Keys rotated by their in-tile offsets: registers (x: dims j, j+1) with partners
+      // (y: the same dims of the other half), or (interleaved) the register's two halves.
+      auto rot_half_regs = [&](std::uint32_t& x_reg, std::uint32_t& y_reg, float2 c0, float2 c1) {
+        float2 xv = ptx::unpack2<T>(x_reg), yv = ptx::unpack2<T>(y_reg);
+        rotate_pair(xv.x, yv.x, c0);
+        rotate_pair(xv.y, yv.y, c1);
+        x_reg = ptx::pack2<T>(xv.x, xv.y);
+        y_reg = ptx::pack2<T>(yv.x, yv.y);
       };
-      const int rot_steps = rotary / 16;  // k-steps that hold rotary dims
+      auto rot_inter_reg = [&](std::uint32_t& reg, float2 c) {
+        float2 v = ptx::unpack2<T>(reg);
+        rotate_pair(v.x, v.y, c);
+        reg = ptx::pack2<T>(v.x, v.y);
+      };
       if (interleaved) {
 #pragma unroll
         for (int kk = 0; kk < Shape::kKSteps; ++kk) {
           std::uint32_t kb[4], a[4];
           load_k(kb, kk);
           if (kk < rot_steps) {
-            int j = 16 * kk + 2 * t4;
-            rot_regs(kb[0], kb[0], key_a, j, true);
-            rot_regs(kb[1], kb[1], key_a, j + 8, true);
-            rot_regs(kb[2], kb[2], key_b, j, true);
-            rot_regs(kb[3], kb[3], key_b, j + 8, true);
+            rot_inter_reg(kb[0], key_cs(0, 2 * kk));
+            rot_inter_reg(kb[1], key_cs(0, 2 * kk + 1));
+            rot_inter_reg(kb[2], key_cs(1, 2 * kk));
+            rot_inter_reg(kb[3], key_cs(1, 2 * kk + 1));
           }
-          q_frag_smem(a, kk);
+          q_frag(a, kk);
           ptx::mma_16816<T>(sc[0], a, kb[0], kb[1]);
           ptx::mma_16816<T>(sc[1], a, kb[2], kb[3]);
         }
+      } else if (rotary == D) {
+        // Every dim rotary: k-step kk's partners are in kk + kKSteps / 2.
+        constexpr int kH = Shape::kKSteps / 2;
+#pragma unroll
+        for (int kk = 0; kk < kH; ++kk) {
+          std::uint32_t kb[4], kp[4], a[4], ap[4];
+          load_k(kb, kk);
+          load_k(kp, kk + kH);
+          rot_half_regs(kb[0], kp[0], key_cs(0, 4 * kk), key_cs(0, 4 * kk + 1));
+          rot_half_regs(kb[1], kp[1], key_cs(0, 4 * kk + 2), key_cs(0, 4 * kk + 3));
+          rot_half_regs(kb[2], kp[2], key_cs(1, 4 * kk), key_cs(1, 4 * kk + 1));
+          rot_half_regs(kb[3], kp[3], key_cs(1, 4 * kk + 2), key_cs(1, 4 * kk + 3));
+          q_frag(a, kk);
+          q_frag(ap, kk + kH);
+          ptx::mma_16816<T>(sc[0], a, kb[0], kb[1]);
+          ptx::mma_16816<T>(sc[1], a, kb[2], kb[3]);
+          ptx::mma_16816<T>(sc[0], ap, kp[0], kp[1]);
+          ptx::mma_16816<T>(sc[1], ap, kp[2], kp[3]);
+        }
       } else {
-        const int half_steps = rot_steps / 2;  // partner of k-step kk is kk + half_steps
+        // Partial rotary dims: partners half_steps further (not a compile-time step), so the
+        // query fragments come from shared memory.
+        auto q_frag_smem = [&](std::uint32_t (&a)[4], int kk) {
+          int row = (mi & 1) * 8 + (lane & 7);
+          ptx::ldmatrix_x4(a, ptx::smem_addr(q_rot_at(qbuf) + swizzle<D>(row, 2 * kk + (mi >> 1))));
+        };
 #pragma unroll
         for (int kk = 0; kk < Shape::kKSteps; ++kk) {
           if (kk >= half_steps && kk < rot_steps) continue;  // done with its partner
@@ -490,11 +553,11 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
           if (kk < half_steps) {
             std::uint32_t kp[4], ap[4];
             load_k(kp, kk + half_steps);
-            int j = 16 * kk + 2 * t4;
-            rot_regs(kb[0], kp[0], key_a, j, false);
-            rot_regs(kb[1], kp[1], key_a, j + 8, false);
-            rot_regs(kb[2], kp[2], key_b, j, false);
-            rot_regs(kb[3], kp[3], key_b, j + 8, false);
+            const int e = 4 * (kk < Shape::kKSteps / 2 ? kk : 0);  // kk < half_steps <= kKSteps/2
+            rot_half_regs(kb[0], kp[0], key_cs(0, e), key_cs(0, e + 1));
+            rot_half_regs(kb[1], kp[1], key_cs(0, e + 2), key_cs(0, e + 3));
+            rot_half_regs(kb[2], kp[2], key_cs(1, e), key_cs(1, e + 1));
+            rot_half_regs(kb[3], kp[3], key_cs(1, e + 2), key_cs(1, e + 3));
             q_frag_smem(ap, kk + half_steps);
             ptx::mma_16816<T>(sc[0], ap, kp[0], kp[1]);
             ptx::mma_16816<T>(sc[1], ap, kp[2], kp[3]);
@@ -554,6 +617,24 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
       ptx::ldmatrix_x4_trans(vb, ptx::smem_addr(vs + kv_offset(v_row, c + (mi >> 1))));
       ptx::mma_16816<T>(acc[c], pa, vb[0], vb[1]);
       ptx::mma_16816<T>(acc[c + 1], pa, vb[2], vb[3]);
+    }
+
+    // ---- ahead: the next tile's query, the angles of the one after --------------------------
+    // Written now, read after the next iteration's first barrier. The next tile's query goes
+    // into the other buffer (nobody reads it: the current query's fragments come from qbuf),
+    // from angles computed a tile ago; the angles for the tile after that go into the angle
+    // buffer this tile's query was built from (read before this iteration's first barrier, or
+    // before use_query's last one).
+    if (fast_query && tile + 1 < tile_end) {
+      const std::int64_t d1 = tile_delta(cur);
+      if (d1 != q_delta && cs_tag((tile + 1) & 1) == d1) {
+        build_fast(qbuf ^ 1, (tile + 1) & 1);
+        ahead_delta = d1;
+      }
+      if (tile + 2 < tile_end) {
+        const std::int64_t d2 = tile_delta(next);
+        if (d2 != d1 && cs_tag(tile & 1) != d2) precompute_angles(tile & 1, d2);
+      }
     }
   }
 
@@ -809,8 +890,9 @@ inline void decode(const DecodeArgs& args, const DevicePool& pool, const DeviceP
     LAZYATTN_CHECK(rv.rotary_dim % (rv.interleaved ? 16 : 32) == 0, w, ": rotary_dim ",
                    rv.rotary_dim, ", expected a multiple of ", rv.interleaved ? 16 : 32,
                    " for the CUDA kernels");
-    LAZYATTN_CHECK(rv.offset_rows >= 16, w, ": rope offset table of ", rv.offset_rows,
-                   " rows, expected >= 16");
+    LAZYATTN_CHECK(rv.offset_rows >= detail::kDecodeTileKeys, w, ": rope offset table of ",
+                   rv.offset_rows, " rows, expected >= ", detail::kDecodeTileKeys,
+                   " (raw-form keys are rotated by their offsets in a tile; DeviceRope's default)");
   }
   const DecodeScheduleView& sv = plan.schedule();
   if (sv.num_work == 0) return;
