@@ -149,7 +149,9 @@ struct DecodeShape {
   static_assert(D > 128 || kSmemBytes <= 113 * 1024, "decode: shared memory too large for 2 CTAs/SM");
 };
 
-template <class T, int D, bool kRope, bool kTma = false>
+// kRawTiles = false: a plan without raw-form segments (no key rotation code: the local-form
+// loop keeps its registers).
+template <class T, int D, bool kRope, bool kTma = false, bool kRawTiles = true>
 __global__ void __launch_bounds__(kDecodeThreads, 2)
     decode_kernel(const __grid_constant__ DecodeParams p) {
   using Shape = DecodeShape<D>;
@@ -438,7 +440,7 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
       if (ti.rows < kDecodeTileKeys) stream.zero_stale_v(it % S, ti.rows, warp * 16, lane);
     }
 
-    const bool raw = kRope && ti.form == kRawForm;
+    const bool raw = kRope && kRawTiles && ti.form == kRawForm;
     // ---- the query for this tile's rotation (built during the last tile, normally) ------------
     if (kRope) {
       const std::int64_t delta = tile_delta(ti);
@@ -984,8 +986,9 @@ inline void decode(const DecodeArgs& args, const DevicePool& pool, const DeviceP
           return;
         }
 #endif
-        if (args.rope) launch(detail::decode_kernel<T, D, true>, kSmem);
-        else launch(detail::decode_kernel<T, D, false>, kSmem);
+        if (!args.rope) launch(detail::decode_kernel<T, D, false, false, false>, kSmem);
+        else if (plan.has_raw_segments()) launch(detail::decode_kernel<T, D, true, false, true>, kSmem);
+        else launch(detail::decode_kernel<T, D, true, false, false>, kSmem);
       });
     }
   });
