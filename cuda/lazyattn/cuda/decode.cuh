@@ -18,6 +18,8 @@
 // The queries for a new delta are built a tile ahead into the second of two buffers (the angles
 // two tiles ahead), so a tile that changes the rotation waits at no extra barrier (rotate-half
 // over all dims, D <= 128; other layouts build in place behind two barriers).
+// Plans without raw-form segments run a build of the kernel without the raw-form code
+// (kRawTiles = false): with it the local-form loop ran 10% slower at 255 registers (H200).
 // kRope = false skips both (keys pre-rotated at logical positions, queries pre-rotated by the
 // caller): the RoPE-off baseline.
 #pragma once
