@@ -269,8 +269,15 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
     }
     return valid ? __ldg(offset_table + r * rot_half + pair) : make_float2(1.0f, 0.0f);
   };
-  float2 key_cs_reg[Shape::kKeyCsInRegisters ? 2 : 1][Shape::kKeyCsInRegisters ? kKeyCs : 1];
-  bool key_cs_ready = false;
+  // Loaded once, before the first tile (a kernel built with kRawTiles serves plans with raw
+  // segments only); the loads' latency hides under the first tiles'.
+  float2 key_cs_reg[Shape::kKeyCsInRegisters ? 2 : 1][Shape::kKeyCsInRegisters ? kKeyCs : 1] = {};
+  if constexpr (kRope && kRawTiles && Shape::kKeyCsInRegisters) {
+#pragma unroll
+    for (int key = 0; key < 2; ++key)
+#pragma unroll
+      for (int e = 0; e < kKeyCs; ++e) key_cs_reg[key][e] = key_cs_load(key, e);
+  }
   auto key_cs = [&](int key, int e) -> float2 {  // key and e compile-time in unrolled loops
     if constexpr (Shape::kKeyCsInRegisters) return key_cs_reg[key][e];
     else return key_cs_load(key, e);
@@ -447,15 +454,6 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
     if (kRope) {
       const std::int64_t delta = tile_delta(ti);
       if (delta != q_delta) use_query(delta, tile & 1);
-    }
-    if (raw && !key_cs_ready) {
-      if constexpr (Shape::kKeyCsInRegisters) {
-#pragma unroll
-        for (int key = 0; key < 2; ++key)
-#pragma unroll
-          for (int e = 0; e < kKeyCs; ++e) key_cs_reg[key][e] = key_cs_load(key, e);
-      }
-      key_cs_ready = true;
     }
 
     const T* ks = stream.k_stage(it % S);
