@@ -351,6 +351,13 @@ TEST_CASE("decode rejects bad input naming the value", "[cuda][decode][errors]")
                       Catch::Contains("logits_soft_cap 30"));
   }
   {
+    // Raw-form keys are rotated by their offsets in a 64-key tile: a 16-row offset table is
+    // refused, naming its size.
+    cuda::DeviceRope short_table(sc.rope, 16);
+    CHECK_THROWS_WITH(cuda::decode(args, ds.pool, ds.plan, short_table, ds.ws),
+                      Catch::Contains("offset table of 16 rows") && Catch::Contains(">= 64"));
+  }
+  {
     // A schedule made for the same layout in another storage form: its tile records say local
     // where the plan says raw. Refused, naming the tile; the device plan keeps its contents.
     Plan relabelled = sc.plan;
