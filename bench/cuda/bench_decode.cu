@@ -3,7 +3,8 @@
 // repetitions, inputs rotated over layers so that they exceed L2.
 //
 //   modes:  local     deferred RoPE, keys stored in local form (query rotated once per segment)
-//           raw       deferred RoPE, keys stored raw (rotated in registers at their positions)
+//           raw       deferred RoPE, keys stored raw (the query rotated per tile by m - n0, each
+//                     key in registers by its offset in the tile)
 //           rope_off  the same kernel without RoPE (pre-rotated keys): our own no-RoPE peer
 //           reencode  Block-Attention's copy: every document re-rotated into private pages
 //           local_no_pdl  local with DecodeArgs::pdl = false (every other mode runs with the
