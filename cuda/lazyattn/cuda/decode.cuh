@@ -13,13 +13,14 @@
 //               rotated in fp32 registers by its offset r = n - n0 < 64 in the tile:
 //               <R(m) q, R(n0 + r) k> = <R(m - n0) q, R(r) k>. R(r) is the same for every tile,
 //               so each thread keeps the cos/sin of its two keys' offsets in registers (from
-//               DeviceRope's offset table, loaded at the first raw tile): four multiply-adds per
-//               (key, pair), no angle work in the loop.
+//               DeviceRope's offset table, loaded before the first tile): four multiply-adds
+//               per (key, pair), no angle work in the loop.
 // The queries for a new delta are built a tile ahead into the second of two buffers (the angles
 // two tiles ahead), so a tile that changes the rotation waits at no extra barrier (rotate-half
 // over all dims, D <= 128; other layouts build in place behind two barriers).
 // Plans without raw-form segments run a build of the kernel without the raw-form code
-// (kRawTiles = false): with it the local-form loop ran 10% slower at 255 registers (H200).
+// (kRawTiles = false): with it the local-form loop ran 10-12% slower at 255 registers (H200).
+// The experimental TMA loader has only the build with it.
 // kRope = false skips both (keys pre-rotated at logical positions, queries pre-rotated by the
 // caller): the RoPE-off baseline.
 #pragma once
