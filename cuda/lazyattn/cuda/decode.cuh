@@ -132,7 +132,11 @@ struct DecodeShape {
   static constexpr bool kQInRegisters = D <= 128;
   // Raw form: cos/sin of this thread's two keys' in-tile offsets, per pair it holds (D / 8
   // each), in registers up to D = 128; at 256 read from the offset table (L1/L2) at each use.
+#ifdef LAZYATTN_DECODE_KEYCS_GLOBAL  // experiment: the offsets' cos/sin read at each use
+  static constexpr bool kKeyCsInRegisters = false;
+#else
   static constexpr bool kKeyCsInRegisters = D <= 128;
+#endif
   // Shared memory (bytes): K/V stages (reused to merge the warps), two buffers of the rotated
   // 16-bit query and two of the cos/sin of a query rotation (the next ones built ahead).
   static constexpr int kStageBytes = 2 * kTileElems * 2;
@@ -244,7 +248,11 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
   for (int n = 0; n < D / 8; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
   float row_max[2] = {-INFINITY, -INFINITY};
   float row_sum[2] = {0.0f, 0.0f};  // this thread's share; reduced across the quad at the end
-  std::uint32_t qa[Shape::kQInRegisters ? Shape::kKSteps : 1][4];
+  // The query's A fragments stay in registers across tiles (up to D = 128) where the rotation
+  // rarely changes; the raw-capable build, whose query changes every raw tile, reads them from
+  // shared memory at each k-step instead and leaves those registers to the key rotation.
+  constexpr bool kQRegs = Shape::kQInRegisters && !kRawTiles;
+  std::uint32_t qa[kQRegs ? Shape::kKSteps : 1][4];
   const std::uint8_t kRawForm = static_cast<std::uint8_t>(StorageForm::kRaw);
   const float q_scale = (kRope ? p.rope.query_scale : 1.0f) * p.sm_scale_log2;
 
@@ -371,7 +379,7 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
   };
   // The query of buffer buf into the A fragments (registers up to D = 128).
   auto load_query = [&](int buf) {
-    if constexpr (Shape::kQInRegisters) {
+    if constexpr (kQRegs) {
       const T* src = q_rot_at(buf);
 #pragma unroll
       for (int kk = 0; kk < Shape::kKSteps; ++kk) {
@@ -475,7 +483,7 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
     };
     // kk must be a compile-time constant (unrolled loop) when the query sits in registers.
     auto q_frag = [&](std::uint32_t (&a)[4], int kk) {
-      if constexpr (Shape::kQInRegisters) {
+      if constexpr (kQRegs) {
 #pragma unroll
         for (int r = 0; r < 4; ++r) a[r] = qa[kk][r];
       } else {
