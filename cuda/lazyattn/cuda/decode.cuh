@@ -132,11 +132,7 @@ struct DecodeShape {
   static constexpr bool kQInRegisters = D <= 128;
   // Raw form: cos/sin of this thread's two keys' in-tile offsets, per pair it holds (D / 8
   // each), in registers up to D = 128; at 256 read from the offset table (L1/L2) at each use.
-#ifdef LAZYATTN_DECODE_KEYCS_GLOBAL  // experiment: the offsets' cos/sin read at each use
-  static constexpr bool kKeyCsInRegisters = false;
-#else
-  static constexpr bool kKeyCsInRegisters = D <= 128;
-#endif
+  static constexpr bool kKeyCsInRegisters = D <= 128;  // read at each use instead: 26% slower
   // Shared memory (bytes): K/V stages (reused to merge the warps), two buffers of the rotated
   // 16-bit query and two of the cos/sin of a query rotation (the next ones built ahead).
   static constexpr int kStageBytes = 2 * kTileElems * 2;
