@@ -116,27 +116,26 @@ def prefill_markdown(rows, meta):
                      f"{fmt(r['cudnn_tflops'], '{:.0f}')} | {fmt(r.get('local_vs_flash'))}x | "
                      f"{fmt(r.get('local_vs_cudnn'))}x | {fmt(r.get('rope_overhead_local'), '{:+.1%}')} / "
                      f"{fmt(r.get('rope_overhead_raw'), '{:+.1%}')} |")
-    if any("local_mma" in r["ours_tflops"] for r in rows):
-        lines += ["", "The mma.sync kernel forced (PrefillKernel::kMmaSync), same call:", "",
-                  "| shape | local | RoPE off | local / flash | local / cuDNN | RoPE overhead |",
-                  "|---|---|---|---|---|---|"]
-        for r in rows:
-            tf = r["ours_tflops"]
-            lines.append(f"| {r['shape']} | {fmt(tf.get('local_mma'), '{:.0f}')} | "
-                         f"{fmt(tf.get('rope_off_mma'), '{:.0f}')} | "
-                         f"{fmt(r.get('mma_vs_flash'))}x | {fmt(r.get('mma_vs_cudnn'))}x | "
-                         f"{fmt(r.get('rope_overhead_mma'), '{:+.1%}')} |")
-    if any("local_wgmma" in r["ours_tflops"] for r in rows):
-        lines += ["", "Hopper kernel (wgmma, forced by name before it became the default), same call:", "",
-                  "| shape | local | RoPE off | local / flash | local / cuDNN | RoPE overhead |",
-                  "|---|---|---|---|---|---|"]
-        for r in rows:
-            tf = r["ours_tflops"]
-            lines.append(f"| {r['shape']} | {fmt(tf.get('local_wgmma'), '{:.0f}')} | "
-                         f"{fmt(tf.get('rope_off_wgmma'), '{:.0f}')} | "
-                         f"{fmt(r.get('wgmma_vs_flash'))}x | {fmt(r.get('wgmma_vs_cudnn'))}x | "
-                         f"{fmt(r.get('rope_overhead_wgmma'), '{:+.1%}')} |")
+    lines += variant_table(rows, "The mma.sync kernel forced (PrefillKernel::kMmaSync), same call:",
+                           "local_mma", "rope_off_mma", "mma")
+    lines += variant_table(rows, "Hopper kernel (wgmma, forced by name before it became the "
+                           "default), same call:", "local_wgmma", "rope_off_wgmma", "wgmma")
     return "\n".join(lines) + "\n"
+
+
+def variant_table(rows, title, mode, rope_off, label):
+    """A prefill kernel variant's rows (benchmark modes `mode` and `rope_off`, ratios under
+    `label` from peer_ratios), or nothing where no row has it."""
+    if not any(mode in r["ours_tflops"] for r in rows):
+        return []
+    lines = ["", title, "", "| shape | local | RoPE off | local / flash | local / cuDNN | RoPE overhead |",
+             "|---|---|---|---|---|---|"]
+    for r in rows:
+        tf = r["ours_tflops"]
+        lines.append(f"| {r['shape']} | {fmt(tf.get(mode), '{:.0f}')} | {fmt(tf.get(rope_off), '{:.0f}')} | "
+                     f"{fmt(r.get(label + '_vs_flash'))}x | {fmt(r.get(label + '_vs_cudnn'))}x | "
+                     f"{fmt(r.get('rope_overhead_' + label), '{:+.1%}')} |")
+    return lines
 
 
 def fmt(x, spec="{:.2f}"):
