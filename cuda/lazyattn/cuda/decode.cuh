@@ -496,7 +496,7 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
         ptx::mma_16816<T>(sc[0], a, kb[0], kb[1]);
         ptx::mma_16816<T>(sc[1], a, kb[2], kb[3]);
       }
-    } else {
+    } else if constexpr (kRope && kRawTiles) {
       // Keys rotated by their in-tile offsets: registers (x: dims j, j+1) with partners
       // (y: the same dims of the other half), or (interleaved) the register's two halves.
       auto rot_half_regs = [&](std::uint32_t& x_reg, std::uint32_t& y_reg, float2 c0, float2 c1) {
@@ -546,12 +546,9 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
           ptx::mma_16816<T>(sc[1], ap, kp[2], kp[3]);
         }
       } else {
-        // Partial rotary dims: partners half_steps further (not a compile-time step), so the
-        // query fragments come from shared memory.
-        auto q_frag_smem = [&](std::uint32_t (&a)[4], int kk) {
-          int row = (mi & 1) * 8 + (lane & 7);
-          ptx::ldmatrix_x4(a, ptx::smem_addr(q_rot_at(qbuf) + swizzle<D>(row, 2 * kk + (mi >> 1))));
-        };
+        // Partial rotary dims: partners half_steps further (not a compile-time step; the
+        // raw-capable build reads the query fragments from shared memory, so q_frag takes it).
+        static_assert(!kQRegs, "raw tiles read the query fragments from shared memory");
 #pragma unroll
         for (int kk = 0; kk < Shape::kKSteps; ++kk) {
           if (kk >= half_steps && kk < rot_steps) continue;  // done with its partner
@@ -565,11 +562,11 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
             rot_half_regs(kb[1], kp[1], key_cs(0, e + 2), key_cs(0, e + 3));
             rot_half_regs(kb[2], kp[2], key_cs(1, e), key_cs(1, e + 1));
             rot_half_regs(kb[3], kp[3], key_cs(1, e + 2), key_cs(1, e + 3));
-            q_frag_smem(ap, kk + half_steps);
+            q_frag(ap, kk + half_steps);
             ptx::mma_16816<T>(sc[0], ap, kp[0], kp[1]);
             ptx::mma_16816<T>(sc[1], ap, kp[2], kp[3]);
           }
-          q_frag_smem(a, kk);
+          q_frag(a, kk);
           ptx::mma_16816<T>(sc[0], a, kb[0], kb[1]);
           ptx::mma_16816<T>(sc[1], a, kb[2], kb[3]);
         }
