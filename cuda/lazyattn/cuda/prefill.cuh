@@ -588,9 +588,7 @@ __global__ void __launch_bounds__(kWgmmaPrefillThreads, 1)
   const int rows_here = min(kPrefillRows, nq * G - row_begin);
   const int i_first = row_begin / G;
   const std::int64_t m_first = p.plan.request_query_position[b] + i_first;
-  const int tail_segment = p.plan.request_tail_segment[b];
-  const bool tail_is_last = tail_segment == p.plan.request_segment_indptr[b + 1] - 1;
-  const int causal_offset = p.plan.segment_length[tail_segment] - nq;
+  const int causal_offset = p.plan.segment_length[p.plan.request_tail_segment[b]] - nq;
   const int max_visible_tail = causal_offset + (row_begin + rows_here - 1) / G;
   const int rope_set = p.rope.per_request ? b : 0;
   const std::uint64_t* turns = p.rope.turns + static_cast<std::int64_t>(rope_set) * kHalf;
@@ -650,22 +648,13 @@ __global__ void __launch_bounds__(kWgmmaPrefillThreads, 1)
   TileInfo ti_next = stream.info(tile_begin + 1);
   TileInfo ti_n2;
   std::int64_t q_seg_start = ti_cur.seg_start;  // the segment the query in q_frag is built for
-  // The CTA's tiles start in the request's tail and the tail is its last segment (a segment's
-  // tiles are consecutive), so they all lie in one segment, e.g. a document encoding: the
-  // prologue rotates the query straight to R(m - s) q and keeps no R(m) q.
-  const bool one_segment = tail_is_last && ti_cur.segment == tail_segment;
-  const float q_scale = kRope ? p.sm_scale_log2 * p.rope.query_scale : p.sm_scale_log2;
   if (kRope) {
     for (int i = tid; i < 16 * kHalf; i += kThreads) cs_off[i] = offset_cs[i];
     for (int j = tid; j < kHalf; j += kThreads) s_turns[j] = turns[j];
     __syncthreads();
-    // Coarse angles of the query rows, times q_scale (the rotation then scales too).
-    const std::int64_t m0 = one_segment ? m_first - q_seg_start : m_first;
     const int coarse_rows = (kPrefillRows / G + 15) / 16;
-    for (int i = tid; i < coarse_rows * kHalf; i += kThreads) {
-      const float2 c = rope_cos_sin(m0 + 16 * (i / kHalf), s_turns[i % kHalf]);
-      cs_q[i] = make_float2(c.x * q_scale, c.y * q_scale);
-    }
+    for (int i = tid; i < coarse_rows * kHalf; i += kThreads)
+      cs_q[i] = rope_cos_sin(m_first + 16 * (i / kHalf), s_turns[i % kHalf]);
     compute_seg(q_seg_start);  // read after the prologue's barrier
   }
 
@@ -676,6 +665,7 @@ __global__ void __launch_bounds__(kWgmmaPrefillThreads, 1)
   // Pair (col, col + 64) of fragment (kk, r), kk < 4, is q_pre entry 2 (4 kk + r) (dims col,
   // col + 1) and 2 (4 kk + r) + 1 (dims col + 64, col + 65).
   std::uint32_t qf[KSteps][4];
+  const float q_scale = kRope ? p.sm_scale_log2 * p.rope.query_scale : p.sm_scale_log2;
   // q_pre entry of fragment (kk, r): dims col, col + 1 (hi = 0) or col + 64, col + 65 (hi = 1).
   auto q_pre_at = [&](int kk, int r, int hi) -> float2& {
     return q_pre[(2 * (4 * kk + r) + hi) * kThreads + tid];
@@ -685,8 +675,7 @@ __global__ void __launch_bounds__(kWgmmaPrefillThreads, 1)
     for (int kk = 0; kk < KSteps; ++kk)
       q_frag[kk * kThreads + tid] = make_uint4(qf[kk][0], qf[kk][1], qf[kk][2], qf[kk][3]);
   };
-  // Prologue (the raw query landed): R(m) q * scale into q_pre (kRope), R(m - s) q * scale into
-  // qf (kRope, one segment), or q * scale into qf.
+  // Prologue (the raw query landed): R(m) q * scale into q_pre (kRope), or q * scale into qf.
   auto prepare_query = [&] {
     const int ia = row_a / G;  // query offsets of the two rows from i_first (row_begin % G == 0)
     const int ib = (row_a + 8) / G;
@@ -701,29 +690,24 @@ __global__ void __launch_bounds__(kWgmmaPrefillThreads, 1)
         const int col = 16 * kk + 2 * t4 + 8 * (r >> 1);
         float2 x = ptx::unpack2<T>(*reinterpret_cast<const std::uint32_t*>(at(row, col)));
         float2 y = ptx::unpack2<T>(*reinterpret_cast<const std::uint32_t*>(at(row, col + kHalf)));
+        x.x *= q_scale, x.y *= q_scale, y.x *= q_scale, y.y *= q_scale;
         if constexpr (kRope) {
           const int i = (r & 1) ? ib : ia;
-          const float2* coarse = cs_q + (i >> 4) * kHalf + col;  // scaled
+          const float2* coarse = cs_q + (i >> 4) * kHalf + col;
           const float2* fine = cs_off + (i & 15) * kHalf + col;
           const float2 c0 = combine_angles(coarse[0], fine[0]);
           const float2 c1 = combine_angles(coarse[1], fine[1]);
           rotate_pair(x.x, y.x, c0);
           rotate_pair(x.y, y.y, c1);
-          if (one_segment) {
-            qf[kk][r] = ptx::pack2<T>(x.x, x.y);
-            qf[kk + KSteps / 2][r] = ptx::pack2<T>(y.x, y.y);
-          } else {
-            q_pre_at(kk, r, 0) = x;
-            q_pre_at(kk, r, 1) = y;
-          }
+          q_pre_at(kk, r, 0) = x;
+          q_pre_at(kk, r, 1) = y;
         } else {
-          x.x *= q_scale, x.y *= q_scale, y.x *= q_scale, y.y *= q_scale;
           qf[kk][r] = ptx::pack2<T>(x.x, x.y);
           qf[kk + KSteps / 2][r] = ptx::pack2<T>(y.x, y.y);
         }
       }
     }
-    if (!kRope || one_segment) store_fragments();
+    if constexpr (!kRope) store_fragments();
   };
   // q_frag = R(-s) (R(m) q) for the segment whose cos/sin are in this warpgroup's buffer
   // (kRope only). Reads and writes this thread's own entries: no barrier with the prologue. One
@@ -878,7 +862,7 @@ __global__ void __launch_bounds__(kWgmmaPrefillThreads, 1)
     barrier_step(tile_begin, 0);  // the raw query and K(tile_begin) landed
     ti_n2 = stream.v_info;        // tile_begin + 2
     prepare_query();  // reads the raw query (stage 3) and the cos/sin tables (stage 2's V slot)
-    if (kRope && !one_segment) build_query();
+    if (kRope) build_query();
     issue_qk(s, 0);
     if constexpr (kLate) barrier_step(tile_begin + 1, 1);  // after everyone's prepare_query
     ptx::wgmma_wait<0>();
