@@ -16,7 +16,9 @@
 //
 // Environment (studies, not the protocol): LAZYATTN_BENCH_SHAPES="1x2112,1x10272r" replaces the
 // shapes (r: the rag layout); LAZYATTN_BENCH_SPLITS=N forces N splits per request;
-// LAZYATTN_BENCH_SHUFFLE_PAGES=1 permutes the plan's pages over the pool; in a build with
+// LAZYATTN_BENCH_SHUFFLE_PAGES=1 permutes the plan's pages over the pool;
+// LAZYATTN_BENCH_ROTARY=interleaved (GPT-J pairs) or partial (rotary over half the head dims,
+// partial_rotary_factor 0.5) changes the RoPE layout of every mode; in a build with
 // LAZYATTN_DECODE_TIMELINE defined, LAZYATTN_BENCH_TIMELINE=FILE appends, per benchmark, when each
 // CTA of four back-to-back calls started, saw its first tile, ended its loop, wrote its output and
 // left (%globaltimer, microseconds from the first call's first CTA).
@@ -91,6 +93,13 @@ RopePolicy llama3_rope() {
   c.rope_scaling.low_freq_factor = 1.0;
   c.rope_scaling.high_freq_factor = 4.0;
   c.rope_scaling.original_max_position_embeddings = 8192;
+  if (const char* e = std::getenv("LAZYATTN_BENCH_ROTARY")) {
+    const std::string v = e;
+    if (v == "interleaved") c.pair_layout = PairLayout::kInterleaved;
+    else if (v == "partial") c.partial_rotary_factor = 0.5;
+    else if (v != "half")
+      throw Error("LAZYATTN_BENCH_ROTARY: '" + v + "', expected half, interleaved or partial");
+  }
   return RopePolicy(c);
 }
 

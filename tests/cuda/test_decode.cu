@@ -62,38 +62,35 @@ bool length_dependent(const ScenarioSpec& s) {
   return s.schedule == RopeType::kDynamic || s.schedule == RopeType::kLongrope;
 }
 
-}  // namespace
+// Deferred decode of one scenario against the float64 reference, the eager baseline's error as
+// the bar, at the heuristic's split count and forced ones.
+void check_decode(const ScenarioSpec& spec) {
+  test::ref::Scenario sc = test::ref::make_scenario(spec);
+  INFO(spec << "\n" << sc.layout_text);
+  std::vector<float> q64 = gpu::rounded_queries(sc);
+  test::ref::Result ref{std::vector<float>(sc.out_size()), std::vector<float>(sc.lse_size())};
+  lazyattn::ref::scalar::decode(*sc.store, sc.plan, spec.layer, sc.rope, spec.params(), q64,
+                                ref.out, ref.lse);
+  const double scale = gpu::max_abs(ref.out);
 
-TEST_CASE("decode matches the float64 reference within 2x the eager error", "[cuda][decode]") {
-  const int kCases = test::options().cuda_cases;
-  for (int c = 0; c < kCases; ++c) {
-    ScenarioSpec spec = random_decode_spec(1000 + c);
-    test::ref::Scenario sc = test::ref::make_scenario(spec);
-    INFO("case " << c << ": " << spec << "\n" << sc.layout_text);
-    std::vector<float> q64 = gpu::rounded_queries(sc);
-    test::ref::Result ref{std::vector<float>(sc.out_size()), std::vector<float>(sc.lse_size())};
-    lazyattn::ref::scalar::decode(*sc.store, sc.plan, spec.layer, sc.rope, spec.params(), q64,
-                                  ref.out, ref.lse);
-    const double scale = gpu::max_abs(ref.out);
-
-    // The eager baseline in the same precision sets the bar; schedules that depend on the
-    // request length have no eager kernel here, so they get a fixed 16-bit bound instead.
-    double eager_out_err, eager_lse_err;
-    if (!length_dependent(spec)) {
-      gpu::DeviceScenario ds(sc, 0);
-      gpu::GpuResult eager = ds.eager();
-      REQUIRE(eager.unwritten == 0);
-      eager_out_err = gpu::max_abs_error(eager.out, ref.out);
-      eager_lse_err = gpu::max_abs_error(eager.lse, ref.lse);
-    } else {
-      double ulp = spec.dtype == DType::kBFloat16 ? 0x1p-8 : 0x1p-11;
-      eager_out_err = 2 * ulp * scale;
-      eager_lse_err = 8 * ulp;
-    }
+  // The eager baseline in the same precision sets the bar; schedules that depend on the
+  // request length have no eager kernel here, so they get a fixed 16-bit bound instead.
+  double eager_out_err, eager_lse_err;
+  if (!length_dependent(spec)) {
+    gpu::DeviceScenario ds(sc, 0);
+    gpu::GpuResult eager = ds.eager();
+    REQUIRE(eager.unwritten == 0);
+    eager_out_err = gpu::max_abs_error(eager.out, ref.out);
+    eager_lse_err = gpu::max_abs_error(eager.lse, ref.lse);
+  } else {
+    double ulp = spec.dtype == DType::kBFloat16 ? 0x1p-8 : 0x1p-11;
+    eager_out_err = 2 * ulp * scale;
+    eager_lse_err = 8 * ulp;
+  }
 #ifdef LAZYATTN_EXPERIMENTAL_TMA
-    for (bool tma : {false, true}) {
+  for (bool tma : {false, true}) {
 #else
-    for (bool tma : {false}) {
+  for (bool tma : {false}) {
 #endif
     for (int splits : {0, 1, 2, 3, 7}) {
       INFO("forced splits " << splits << " (0: heuristic), TMA loader " << tma);
@@ -109,8 +106,47 @@ TEST_CASE("decode matches the float64 reference within 2x the eager error", "[cu
       INFO(lse_report);
       CHECK(lse_report.empty());
     }
-    }
   }
+}
+
+}  // namespace
+
+TEST_CASE("decode matches the float64 reference within 2x the eager error", "[cuda][decode]") {
+  const int kCases = test::options().cuda_cases;
+  for (int c = 0; c < kCases; ++c) {
+    INFO("case " << c);
+    check_decode(random_decode_spec(1000 + c));
+  }
+}
+
+// The query built a tile ahead (registers, no barrier) in each rotary layout it takes: rotate-half
+// and interleaved pairs, all dims or half of them rotary, head dims 64 and 128; raw form (a new
+// query every tile) and local form (one per segment), over documents of several tiles.
+TEST_CASE("decode's look-ahead query build in every rotary layout", "[cuda][decode]") {
+  std::uint64_t seed = 5000;
+  for (int head_dim : {64, 128})
+    for (PairLayout pairs : {PairLayout::kHalf, PairLayout::kInterleaved})
+      for (double partial : {1.0, 0.5})
+        for (StorageForm form : {StorageForm::kRaw, StorageForm::kLocal}) {
+          ScenarioSpec spec;
+          spec.seed = ++seed;
+          spec.head_dim = head_dim;
+          spec.dtype = head_dim == 64 ? DType::kFloat16 : DType::kBFloat16;
+          spec.num_qo_heads = 32;
+          spec.num_kv_heads = 8;
+          spec.pair_layout = pairs;
+          spec.partial_rotary = partial;
+          spec.schedule = RopeType::kYarn;  // an attention factor: rotary and other dims differ
+          spec.doc_form = spec.tail_form = form;
+          spec.layout = LayoutKind::kShuffled;
+          spec.base_position = (std::int64_t{1} << 24) - 3000;
+          spec.doc_lengths = {200, 333, 65};
+          spec.docs_per_request = 3;
+          spec.num_requests = 2;
+          spec.num_queries = {1};
+          spec.max_tail_extra = 70;
+          check_decode(spec);
+        }
 }
 
 TEST_CASE("decode over a long context splits and merges correctly", "[cuda][decode]") {

@@ -290,20 +290,27 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
 
   // ---- the rotated query ----------------------------------------------------------------------
   // Each tile needs the query rotated by tile_delta (m - s local, m - n0 raw). Two buffers: the
-  // current query and the next one, built a tile ahead where the layout allows (fast_query:
-  // rotate-half over all D <= 128 dims; each thread holds 8 dims d..d+7 of one row and their
-  // partners d + D/2.. in registers), from cos/sin computed two tiles ahead into one of two
-  // angle buffers (tagged with the rotation they hold). Otherwise the query is built element by
-  // element behind two barriers when the rotation changes.
+  // current query and the next one, built a tile ahead where the layout allows (fast_query: D <=
+  // 128 and rotary dims a multiple of 16, either pair layout; each thread holds 16 dims of one
+  // row in registers, as two 8-dim chunks: 8 rotate-half firsts and their partners, or 16
+  // consecutive dims holding 8 interleaved pairs, or 16 dims past the rotary ones), from cos/sin
+  // computed two tiles ahead into one of two angle buffers (tagged with the rotation they hold).
+  // Otherwise the query is built element by element behind two barriers when the rotation
+  // changes.
   auto tile_delta = [&](const TileInfo& t) -> std::int64_t {
     if (!kRope) return 0;
     return t.form == kRawForm ? m_pos - (t.seg_start + t.key0) : m_pos - t.seg_start;
   };
   constexpr int kPairChunks = kRows * (D / 16);  // (row, 8 first-half dims) units
   constexpr int kPer = (kPairChunks + kDecodeThreads - 1) / kDecodeThreads;
-  const bool fast_query = kRope && kPer == 1 && !interleaved && rotary == D;
-  const int fq_row = tid / (D / 16), fq_d = (tid % (D / 16)) * 8;
+  const bool fast_query = kRope && kPer == 1 && rotary % 16 == 0;
+  const int fq_row = tid / (D / 16), fq_u = tid % (D / 16);
   const bool fq_owner = tid < kPairChunks && fq_row < G;  // holds a real query chunk
+  // This thread's two chunks (dims fq_a.. and fq_b..) and what they hold.
+  enum : int { kFqHalf, kFqInterleaved, kFqPass };
+  const int fq_kind = 16 * fq_u >= rotary ? kFqPass : interleaved ? kFqInterleaved : kFqHalf;
+  const int fq_a = fq_kind == kFqHalf ? 8 * fq_u : 16 * fq_u;
+  const int fq_b = fq_kind == kFqHalf ? fq_a + rot_half : fq_a + 8;
   uint4 q_x = make_uint4(0, 0, 0, 0), q_y = q_x;           // its raw query chunk (fast path)
   constexpr std::int64_t kNoDelta = INT64_MIN;
   // The rotation each angle buffer holds (two scalars: an indexed array would live in memory).
@@ -325,7 +332,8 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
     }
     set_cs_tag(cb, delta);
   };
-  // This thread's chunk of the query rotated by angle buffer cb into buffer buf (fast path).
+  // This thread's chunks of the query rotated by angle buffer cb into buffer buf (fast path;
+  // the angles carry the query scale, dims past the rotary ones take sm_scale_log2 alone).
   auto build_fast = [&](int buf, int cb) {
     if (!fq_owner) return;
     const float2* cs = cs_query + cb * (D / 2);
@@ -334,18 +342,33 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
     uint4 xo, yo;
     std::uint32_t* xow = reinterpret_cast<std::uint32_t*>(&xo);
     std::uint32_t* yow = reinterpret_cast<std::uint32_t*>(&yo);
+    if (fq_kind == kFqHalf) {  // pairs (fq_a + 2w + i, fq_b + 2w + i); Llama's, the common case
 #pragma unroll
-    for (int w = 0; w < 4; ++w) {
-      float2 x = ptx::unpack2<T>(xw[w]), y = ptx::unpack2<T>(yw[w]);
-      const float4 c = *reinterpret_cast<const float4*>(cs + fq_d + 2 * w);  // two pairs
-      rotate_pair(x.x, y.x, make_float2(c.x, c.y));
-      rotate_pair(x.y, y.y, make_float2(c.z, c.w));
-      xow[w] = ptx::pack2<T>(x.x, x.y);
-      yow[w] = ptx::pack2<T>(y.x, y.y);
+      for (int w = 0; w < 4; ++w) {
+        float2 x = ptx::unpack2<T>(xw[w]), y = ptx::unpack2<T>(yw[w]);
+        const float4 c = *reinterpret_cast<const float4*>(cs + fq_a + 2 * w);
+        rotate_pair(x.x, y.x, make_float2(c.x, c.y));
+        rotate_pair(x.y, y.y, make_float2(c.z, c.w));
+        xow[w] = ptx::pack2<T>(x.x, x.y);
+        yow[w] = ptx::pack2<T>(y.x, y.y);
+      }
+    } else {  // interleaved pairs (2j, 2j + 1) inside each word, or dims past the rotary ones
+      const bool pass = fq_kind == kFqPass;
+#pragma unroll
+      for (int w = 0; w < 4; ++w) {
+        float2 x = ptx::unpack2<T>(xw[w]), y = ptx::unpack2<T>(yw[w]);
+        const float s = p.sm_scale_log2;
+        const float2 cx = pass ? make_float2(s, 0.0f) : cs[fq_a / 2 + w];
+        const float2 cy = pass ? make_float2(s, 0.0f) : cs[fq_b / 2 + w];
+        rotate_pair(x.x, x.y, cx);
+        rotate_pair(y.x, y.y, cy);
+        xow[w] = ptx::pack2<T>(x.x, x.y);
+        yow[w] = ptx::pack2<T>(y.x, y.y);
+      }
     }
     T* dst = q_rot_at(buf);
-    *reinterpret_cast<uint4*>(dst + swizzle<D>(fq_row, fq_d >> 3)) = xo;
-    *reinterpret_cast<uint4*>(dst + swizzle<D>(fq_row, (fq_d + D / 2) >> 3)) = yo;
+    *reinterpret_cast<uint4*>(dst + swizzle<D>(fq_row, fq_a >> 3)) = xo;
+    *reinterpret_cast<uint4*>(dst + swizzle<D>(fq_row, fq_b >> 3)) = yo;
   };
   // Element by element (any layout, RoPE off too), into buffer buf: two barriers.
   auto build_general = [&](int buf, std::int64_t delta) {
@@ -414,14 +437,13 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
     if (fast_query) {
       if (tid < kPairChunks) {
         if (fq_row < G) {
-          q_x = *reinterpret_cast<const uint4*>(q_src + fq_row * D + fq_d);
-          q_y = *reinterpret_cast<const uint4*>(q_src + fq_row * D + fq_d + D / 2);
+          q_x = *reinterpret_cast<const uint4*>(q_src + fq_row * D + fq_a);
+          q_y = *reinterpret_cast<const uint4*>(q_src + fq_row * D + fq_b);
         } else {
 #pragma unroll
           for (int buf = 0; buf < 2; ++buf) {
-            *reinterpret_cast<uint4*>(q_rot_at(buf) + swizzle<D>(fq_row, fq_d >> 3)) = q_x;
-            *reinterpret_cast<uint4*>(q_rot_at(buf) + swizzle<D>(fq_row, (fq_d + D / 2) >> 3)) =
-                q_x;
+            *reinterpret_cast<uint4*>(q_rot_at(buf) + swizzle<D>(fq_row, fq_a >> 3)) = q_x;
+            *reinterpret_cast<uint4*>(q_rot_at(buf) + swizzle<D>(fq_row, fq_b >> 3)) = q_x;
           }
         }
       }
