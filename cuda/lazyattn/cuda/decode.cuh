@@ -301,7 +301,7 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
     if (!kRope) return 0;
     return t.form == kRawForm ? m_pos - (t.seg_start + t.key0) : m_pos - t.seg_start;
   };
-  constexpr int kPairChunks = kRows * (D / 16);  // (row, 8 first-half dims) units
+  constexpr int kPairChunks = kRows * (D / 16);  // (row, 16 dims) units, one per thread
   constexpr int kPer = (kPairChunks + kDecodeThreads - 1) / kDecodeThreads;
   const bool fast_query = kRope && kPer == 1 && rotary % 16 == 0;
   const int fq_row = tid / (D / 16), fq_u = tid % (D / 16);
@@ -357,9 +357,9 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
 #pragma unroll
       for (int w = 0; w < 4; ++w) {
         float2 x = ptx::unpack2<T>(xw[w]), y = ptx::unpack2<T>(yw[w]);
-        const float s = p.sm_scale_log2;
-        const float2 cx = pass ? make_float2(s, 0.0f) : cs[fq_a / 2 + w];
-        const float2 cy = pass ? make_float2(s, 0.0f) : cs[fq_b / 2 + w];
+        const float2 pass_scale = make_float2(p.sm_scale_log2, 0.0f);  // x s, y s
+        const float2 cx = pass ? pass_scale : cs[fq_a / 2 + w];
+        const float2 cy = pass ? pass_scale : cs[fq_b / 2 + w];
         rotate_pair(x.x, x.y, cx);
         rotate_pair(y.x, y.y, cy);
         xow[w] = ptx::pack2<T>(x.x, x.y);
