@@ -231,4 +231,32 @@ inline double max_abs(const std::vector<float>& a) {
   return m;
 }
 
+// The bars of the error rule for a deferred kernel's output and log-sum-exp against the float64
+// reference `ref`: the eager baseline's errors in the same precision (forced_splits as for
+// DeviceScenario: -1 the prefill kernel, >= 0 decode); schedules that depend on the request
+// length have no eager kernel, so they get a fixed 16-bit bound instead (eager_unwritten 0).
+struct ErrorBars {
+  double out = 0;
+  double lse = 0;
+  std::size_t eager_unwritten = 0;  // the eager run's unwritten outputs (callers require 0)
+};
+inline ErrorBars eager_error_bars(const Scenario& sc, int forced_splits,
+                                  const std::vector<float>& ref_out,
+                                  const std::vector<float>& ref_lse) {
+  ErrorBars bars;
+  const RopeType schedule = sc.spec.schedule;
+  if (schedule != RopeType::kDynamic && schedule != RopeType::kLongrope) {
+    DeviceScenario ds(sc, forced_splits);
+    GpuResult eager = ds.eager();
+    bars.eager_unwritten = eager.unwritten;
+    bars.out = max_abs_error(eager.out, ref_out);
+    bars.lse = max_abs_error(eager.lse, ref_lse);
+  } else {
+    const double ulp = sc.spec.dtype == DType::kBFloat16 ? 0x1p-8 : 0x1p-11;
+    bars.out = 2 * ulp * max_abs(ref_out);
+    bars.lse = 8 * ulp;
+  }
+  return bars;
+}
+
 }  // namespace lazyattn::test::gpu

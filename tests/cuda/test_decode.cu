@@ -58,10 +58,6 @@ ScenarioSpec random_decode_spec(std::uint64_t seed) {
   return s;
 }
 
-bool length_dependent(const ScenarioSpec& s) {
-  return s.schedule == RopeType::kDynamic || s.schedule == RopeType::kLongrope;
-}
-
 // Deferred decode of one scenario against the float64 reference, the eager baseline's error as
 // the bar, at the heuristic's split count and forced ones.
 void check_decode(const ScenarioSpec& spec) {
@@ -72,21 +68,10 @@ void check_decode(const ScenarioSpec& spec) {
   lazyattn::ref::scalar::decode(*sc.store, sc.plan, spec.layer, sc.rope, spec.params(), q64,
                                 ref.out, ref.lse);
   const double scale = gpu::max_abs(ref.out);
-
-  // The eager baseline in the same precision sets the bar; schedules that depend on the
-  // request length have no eager kernel here, so they get a fixed 16-bit bound instead.
-  double eager_out_err, eager_lse_err;
-  if (!length_dependent(spec)) {
-    gpu::DeviceScenario ds(sc, 0);
-    gpu::GpuResult eager = ds.eager();
-    REQUIRE(eager.unwritten == 0);
-    eager_out_err = gpu::max_abs_error(eager.out, ref.out);
-    eager_lse_err = gpu::max_abs_error(eager.lse, ref.lse);
-  } else {
-    double ulp = spec.dtype == DType::kBFloat16 ? 0x1p-8 : 0x1p-11;
-    eager_out_err = 2 * ulp * scale;
-    eager_lse_err = 8 * ulp;
-  }
+  // The eager baseline in the same precision sets the bar.
+  const gpu::ErrorBars bars = gpu::eager_error_bars(sc, 0, ref.out, ref.lse);
+  REQUIRE(bars.eager_unwritten == 0);
+  const double eager_out_err = bars.out, eager_lse_err = bars.lse;
 #ifdef LAZYATTN_EXPERIMENTAL_TMA
   for (bool tma : {false, true}) {
 #else

@@ -69,18 +69,9 @@ void check_prefill(const test::ref::Scenario& sc) {
   lazyattn::ref::scalar::prefill(*sc.store, sc.plan, spec.layer, sc.rope, spec.params(), q,
                                  ref.out, ref.lse);
   const double scale = gpu::max_abs(ref.out);
-  double eager_out, eager_lse;
-  if (spec.schedule != RopeType::kDynamic && spec.schedule != RopeType::kLongrope) {
-    gpu::DeviceScenario ds(sc, -1);
-    gpu::GpuResult eager = ds.eager();
-    REQUIRE(eager.unwritten == 0);
-    eager_out = gpu::max_abs_error(eager.out, ref.out);
-    eager_lse = gpu::max_abs_error(eager.lse, ref.lse);
-  } else {  // no eager kernel for length-dependent schedules: a fixed 16-bit bound
-    double ulp = spec.dtype == DType::kBFloat16 ? 0x1p-8 : 0x1p-11;
-    eager_out = 2 * ulp * scale;
-    eager_lse = 8 * ulp;
-  }
+  const gpu::ErrorBars bars = gpu::eager_error_bars(sc, -1, ref.out, ref.lse);
+  REQUIRE(bars.eager_unwritten == 0);
+  const double eager_out = bars.out, eager_lse = bars.lse;
   // Every output written, outputs and log-sum-exps under the error rule.
   auto check_result = [&](const gpu::GpuResult& got) {
     CHECK(got.unwritten == 0);
