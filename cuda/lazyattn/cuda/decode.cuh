@@ -16,8 +16,8 @@
 //               DeviceRope's offset table, loaded before the first tile): four multiply-adds
 //               per (key, pair), no angle work in the loop.
 // The queries for a new delta are built a tile ahead into the second of two buffers (the angles
-// two tiles ahead), so a tile that changes the rotation waits at no extra barrier (rotate-half
-// over all dims, D <= 128; other layouts build in place behind two barriers).
+// two tiles ahead), so a tile that changes the rotation waits at no extra barrier (D <= 128, any
+// rotary layout; at D = 256 the query is built in place behind two barriers).
 // Plans without raw-form segments run a build of the kernel without the raw-form code
 // (kRawTiles = false): with it the local-form loop ran 10-12% slower at 255 registers (H200).
 // The experimental TMA loader has only the build with it.
