@@ -710,11 +710,13 @@ __global__ void __launch_bounds__(kWgmmaPrefillThreads, 1)
     if constexpr (!kRope) store_fragments();
   };
   // q_frag = R(-s) (R(m) q) for the segment whose cos/sin are in this warpgroup's buffer
-  // (kRope only). Reads and writes this thread's own entries: no barrier with the prologue. One
-  // k-step at a time (not unrolled): hoisting all its loads would raise the register count.
+  // (kRope only). Reads and writes this thread's own entries: no barrier with the prologue. The
+  // four k-steps unrolled: a rebuild sits on both warpgroups' paths between two runs, so its
+  // latency counts, not its registers (the loop's peak is higher); one k-step at a time ran the
+  // RAG tail 2% slower on the H200 (bench/results/2026-11-30-h200-prefill-rebuild/).
   auto build_query = [&] {
     const float2* cs = cs_seg + wg * kHalf;
-#pragma unroll 1
+#pragma unroll
     for (int kk = 0; kk < KSteps / 2; ++kk) {
       std::uint32_t lo[4], hi[4];
 #pragma unroll
