@@ -547,6 +547,45 @@ __device__ __forceinline__ void fence_operands(float (&r)[N]) {
   for (int i = 0; i < N; ++i) asm volatile("" : "+f"(r[i])::"memory");
 }
 
+// The wgmma kernel's prologue rotation, out of line: R(m) q * scale into q_pre, the angle of
+// query row i (= row / G) from the coarse table at 16 (i / 16) combined with the offset table at
+// i % 16. Thread `tid` owns rows row_a and row_a + 8 and the A-fragment columns
+// 16 kk + 2 t4 + {0, 1, 8, 9} (+ 64); q_pre entry (2 (4 kk + r) + hi) * threads + tid holds
+// fragment (kk, r)'s dims col, col + 1 (hi = 0) or col + 64, col + 65 (hi = 1),
+// col = 16 kk + 2 t4 + 8 (r / 2).
+// __noinline__: ptxas allocates its registers apart from the kernel's. Inlined, this code moved
+// the schedule of the RoPE build's tile loop: 1-2% slower on the RAG tail and the encodings on
+// the H200. The segment rebuild stays inline: out of line, a call at every rebuild cost 5-11%
+// (bench/results/2026-11-30-h200-prefill-rebuild/).
+template <class T>
+__device__ __noinline__ void wgmma_rotate_query(const T* q_raw, float2* q_pre, const float2* cs_q,
+                                                const float2* cs_off, int row_a, int G, int t4,
+                                                int tid, float q_scale) {
+  constexpr int D = 128, kHalf = D / 2, kThreads = kWgmmaPrefillThreads;
+  const int ia = row_a / G, ib = (row_a + 8) / G;
+#pragma unroll
+  for (int kk = 0; kk < D / 32; ++kk) {
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const int row = row_a + 8 * (r & 1);
+      const int col = 16 * kk + 2 * t4 + 8 * (r >> 1);
+      const T* x_at = q_raw + blocked_swizzle<D, kPrefillRows>(row, col >> 3) + (col & 7);
+      const T* y_at =
+          q_raw + blocked_swizzle<D, kPrefillRows>(row, (col + kHalf) >> 3) + (col & 7);
+      float2 x = ptx::unpack2<T>(*reinterpret_cast<const std::uint32_t*>(x_at));
+      float2 y = ptx::unpack2<T>(*reinterpret_cast<const std::uint32_t*>(y_at));
+      x.x *= q_scale, x.y *= q_scale, y.x *= q_scale, y.y *= q_scale;
+      const int i = (r & 1) ? ib : ia;
+      const float2* coarse = cs_q + (i >> 4) * kHalf + col;
+      const float2* fine = cs_off + (i & 15) * kHalf + col;
+      rotate_pair(x.x, y.x, combine_angles(coarse[0], fine[0]));
+      rotate_pair(x.y, y.y, combine_angles(coarse[1], fine[1]));
+      q_pre[(2 * (4 * kk + r)) * kThreads + tid] = x;
+      q_pre[(2 * (4 * kk + r) + 1) * kThreads + tid] = y;
+    }
+  }
+}
+
 template <class T, bool kRope>
 __global__ void __launch_bounds__(kWgmmaPrefillThreads, 1)
     prefill_wgmma_kernel(const __grid_constant__ PrefillParams p) {
@@ -666,48 +705,39 @@ __global__ void __launch_bounds__(kWgmmaPrefillThreads, 1)
   // col + 1) and 2 (4 kk + r) + 1 (dims col + 64, col + 65).
   std::uint32_t qf[KSteps][4];
   const float q_scale = kRope ? p.sm_scale_log2 * p.rope.query_scale : p.sm_scale_log2;
-  // q_pre entry of fragment (kk, r): dims col, col + 1 (hi = 0) or col + 64, col + 65 (hi = 1).
-  auto q_pre_at = [&](int kk, int r, int hi) -> float2& {
-    return q_pre[(2 * (4 * kk + r) + hi) * kThreads + tid];
-  };
   auto store_fragments = [&] {
 #pragma unroll
     for (int kk = 0; kk < KSteps; ++kk)
       q_frag[kk * kThreads + tid] = make_uint4(qf[kk][0], qf[kk][1], qf[kk][2], qf[kk][3]);
   };
-  // Prologue (the raw query landed): R(m) q * scale into q_pre (kRope), or q * scale into qf.
+  // Prologue (the raw query landed): R(m) q * scale into q_pre (kRope, out of line), or
+  // q * scale into qf.
   auto prepare_query = [&] {
-    const int ia = row_a / G;  // query offsets of the two rows from i_first (row_begin % G == 0)
-    const int ib = (row_a + 8) / G;
-    auto at = [&](int row, int col) {
-      return q_raw + blocked_swizzle<D, kPrefillRows>(row, col >> 3) + (col & 7);
-    };
+    if constexpr (kRope) {
+      wgmma_rotate_query<T>(q_raw, q_pre, cs_q, cs_off, row_a, G, t4, tid, q_scale);
+    } else {
+      auto at = [&](int row, int col) {
+        return q_raw + blocked_swizzle<D, kPrefillRows>(row, col >> 3) + (col & 7);
+      };
 #pragma unroll
-    for (int kk = 0; kk < KSteps / 2; ++kk) {
+      for (int kk = 0; kk < KSteps / 2; ++kk) {
 #pragma unroll
-      for (int r = 0; r < 4; ++r) {
-        const int row = row_a + 8 * (r & 1);
-        const int col = 16 * kk + 2 * t4 + 8 * (r >> 1);
-        float2 x = ptx::unpack2<T>(*reinterpret_cast<const std::uint32_t*>(at(row, col)));
-        float2 y = ptx::unpack2<T>(*reinterpret_cast<const std::uint32_t*>(at(row, col + kHalf)));
-        x.x *= q_scale, x.y *= q_scale, y.x *= q_scale, y.y *= q_scale;
-        if constexpr (kRope) {
-          const int i = (r & 1) ? ib : ia;
-          const float2* coarse = cs_q + (i >> 4) * kHalf + col;
-          const float2* fine = cs_off + (i & 15) * kHalf + col;
-          const float2 c0 = combine_angles(coarse[0], fine[0]);
-          const float2 c1 = combine_angles(coarse[1], fine[1]);
-          rotate_pair(x.x, y.x, c0);
-          rotate_pair(x.y, y.y, c1);
-          q_pre_at(kk, r, 0) = x;
-          q_pre_at(kk, r, 1) = y;
-        } else {
-          qf[kk][r] = ptx::pack2<T>(x.x, x.y);
-          qf[kk + KSteps / 2][r] = ptx::pack2<T>(y.x, y.y);
+        for (int r = 0; r < 4; ++r) {
+          const int row = row_a + 8 * (r & 1);
+          const int col = 16 * kk + 2 * t4 + 8 * (r >> 1);
+          float2 x = ptx::unpack2<T>(*reinterpret_cast<const std::uint32_t*>(at(row, col)));
+          float2 y =
+              ptx::unpack2<T>(*reinterpret_cast<const std::uint32_t*>(at(row, col + kHalf)));
+          qf[kk][r] = ptx::pack2<T>(x.x * q_scale, x.y * q_scale);
+          qf[kk + KSteps / 2][r] = ptx::pack2<T>(y.x * q_scale, y.y * q_scale);
         }
       }
+      store_fragments();
     }
-    if constexpr (!kRope) store_fragments();
+  };
+  // q_pre entry of fragment (kk, r): dims col, col + 1 (hi = 0) or col + 64, col + 65 (hi = 1).
+  auto q_pre_at = [&](int kk, int r, int hi) -> float2& {
+    return q_pre[(2 * (4 * kk + r) + hi) * kThreads + tid];
   };
   // q_frag = R(-s) (R(m) q) for the segment whose cos/sin are in this warpgroup's buffer
   // (kRope only). Reads and writes this thread's own entries: no barrier with the prologue. The
@@ -737,7 +767,6 @@ __global__ void __launch_bounds__(kWgmmaPrefillThreads, 1)
       q_frag[(kk + KSteps / 2) * kThreads + tid] = make_uint4(hi[0], hi[1], hi[2], hi[3]);
     }
   };
-
   // S = Q K^T for this warpgroup's 64 rows against the tile in ring stage `stage` (issued, not
   // waited for).
   auto issue_qk = [&](float (&s)[32], int stage) {
