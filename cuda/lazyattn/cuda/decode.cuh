@@ -231,8 +231,17 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
     stream.prefetch_records(tile_begin, tid);
     stream.start(tile_begin, [] { ptx::grid_dependency_wait(); });
   }
-  TileInfo cur = stream.info(tile_begin);  // the tile computed in this iteration
+  // The records of the tile computed in this iteration and the next one. The raw-capable build
+  // keeps one more (`after`), so that the look-ahead angles at the end of an iteration read a
+  // record two tiles ahead loaded an iteration before, not in that iteration: raw form 4-5%
+  // faster at batch 1, 0.4-0.6% at batch >= 16 (H200). The local build waits on that load as
+  // it did (Nsight Compute, 64 x 4096: its largest stall), but taking the rotation from the
+  // loader's own copy of the record instead made it 0.7-1.6% slower at batch 1 and 16 (faster
+  // at 128; bench/results/2026-11-30-h200-decode-raw-study).
+  TileInfo cur = stream.info(tile_begin);
   TileInfo next = stream.info(tile_begin + 1);
+  TileInfo after;
+  if constexpr (kRawTiles) after = stream.info(tile_begin + 2);
 
   // The group's queries (16-bit, un-rotated) in global memory; rows >= G read as zero.
   const T* q_src = static_cast<const T*>(p.q) +
@@ -471,7 +480,12 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
 #endif
     const TileInfo ti = cur;
     cur = next;
-    next = stream.info(tile + 2);
+    if constexpr (kRawTiles) {
+      next = after;
+      after = stream.info(tile + 3);
+    } else {
+      next = stream.info(tile + 2);
+    }
     if constexpr (kTma) {
       if (ti.rows < kDecodeTileKeys) stream.zero_stale_v(it % S, ti.rows, warp * 16, lane);
     }
