@@ -1,0 +1,56 @@
+#!/usr/bin/env python3
+"""Which kernels two PTX files compile identically: SAME or DIFF per kernel, source-line
+directives and comments ignored. The check that lets a commit reuse a measured build's figures
+when it changes no kernel that was not measured (a refactor, a change confined to one build).
+
+    nvcc -std=c++20 -O3 -DNDEBUG -arch=sm_90a -Icuda -Iinclude -DLAZYATTN_EXPERIMENTAL_TMA \
+         -x cu -ptx bench/cuda/bench_decode.cu -o A.ptx        # in each checkout
+    python3 bench/tools/ptx_kernels_diff.py A.ptx B.ptx [REGEX]
+
+REGEX (default `_kernel`) selects kernels by mangled name. Exit status 1 when any differs or a
+kernel is in only one file.
+"""
+import re
+import sys
+
+HEADER = re.compile(r"^(?:\.visible |\.weak |\.extern )*\.(?:entry|func)\s+(?:\([^)]*\)\s*)?([\w$]+)")
+
+
+def kernels(path, pattern):
+    """Mangled name -> body lines (without .loc / comments) of every .entry / .func."""
+    out, name, body = {}, None, []
+    for line in open(path):
+        m = HEADER.match(line)
+        if m:
+            if name is not None:
+                out[name] = body
+            name, body = m.group(1), []
+        if name is None:
+            continue
+        s = line.strip()
+        if s.startswith(".loc") or s.startswith("//"):
+            continue
+        body.append(s)
+    if name is not None:
+        out[name] = body
+    return {k: v for k, v in out.items() if re.search(pattern, k)}
+
+
+def main():
+    if len(sys.argv) not in (3, 4):
+        sys.exit(__doc__)
+    pattern = sys.argv[3] if len(sys.argv) == 4 else "_kernel"
+    a, b = kernels(sys.argv[1], pattern), kernels(sys.argv[2], pattern)
+    bad = 0
+    for k in sorted(set(a) | set(b)):
+        if k not in a or k not in b:
+            state = "ONLY-" + ("A" if k in a else "B")
+        else:
+            state = "SAME" if a[k] == b[k] else "DIFF"
+        bad += state != "SAME"
+        print(f"{state:6s} {k}")
+    sys.exit(1 if bad else 0)
+
+
+if __name__ == "__main__":
+    main()
