@@ -134,6 +134,30 @@ TEST_CASE("decode's look-ahead query build in every rotary layout", "[cuda][deco
         }
 }
 
+// The largest GQA group the decode takes (16: every row of the query operand is a head; the
+// sweep's groups are 1, 4 and 8), in both forms, every head dim, one page size each.
+TEST_CASE("decode with a GQA group of 16", "[cuda][decode]") {
+  std::uint64_t seed = 6000;
+  for (int head_dim : {64, 128, 256})
+    for (StorageForm form : {StorageForm::kRaw, StorageForm::kLocal}) {
+      ScenarioSpec spec;
+      spec.seed = ++seed;
+      spec.head_dim = head_dim;
+      spec.dtype = head_dim == 128 ? DType::kBFloat16 : DType::kFloat16;
+      spec.num_qo_heads = 32;
+      spec.num_kv_heads = 2;
+      spec.page_size = head_dim == 64 ? 64 : 16;
+      spec.doc_form = spec.tail_form = form;
+      spec.layout = LayoutKind::kShuffled;
+      spec.doc_lengths = {129, 65, 200};
+      spec.docs_per_request = 3;
+      spec.num_requests = 3;
+      spec.num_queries = {1};
+      spec.max_tail_extra = 20;
+      check_decode(spec);
+    }
+}
+
 TEST_CASE("decode over a long context splits and merges correctly", "[cuda][decode]") {
   for (StorageForm form : {StorageForm::kLocal, StorageForm::kRaw}) {
     ScenarioSpec spec;
