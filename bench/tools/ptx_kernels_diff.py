@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Which kernels two PTX files compile identically: SAME or DIFF per kernel, source-line
-directives and comments ignored. The check that lets a commit reuse a measured build's figures
+directives, comments and the numbering of labels ignored. The check that lets a commit reuse a measured build's figures
 when it changes no kernel that was not measured (a refactor, a change confined to one build).
 
     nvcc -std=c++20 -O3 -DNDEBUG -arch=sm_90a -Icuda -Iinclude -DLAZYATTN_EXPERIMENTAL_TMA \
@@ -30,7 +30,8 @@ def kernels(path, pattern):
         s = line.strip()
         if s.startswith(".loc") or s.startswith("//"):
             continue
-        body.append(s)
+        # Labels and local depots are numbered by the function's place in the file.
+        body.append(re.sub(r"__local_depot\d+", "__local_depot", re.sub(r"\$L__BB\d+_", "$L__BB_", s)))
     if name is not None:
         out[name] = body
     return {k: v for k, v in out.items() if re.search(pattern, k)}
