@@ -10,6 +10,7 @@
 #   (and main's bench_decode into build/pb-main), then in /work/main:
 #   tar -cJf build/pk.tar.xz build/pb-main/lazyattn_bench_decode build/pb-pk build/pb-pks/lazyattn_bench_decode
 # Device call: carry [".deps", "build/pk.tar.xz", "build/call-pk.sh"] (this file copied there).
+# Both were left in build/ on 2026-11-30 (07:12 UTC): branch 1a00ec3, main 0a82796 (decode as affc149).
 set -u
 cd "$(dirname "$0")/.."
 export LD_LIBRARY_PATH=$PWD/.deps/usr/lib/x86_64-linux-gnu:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
