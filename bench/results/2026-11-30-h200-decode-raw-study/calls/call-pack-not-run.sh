@@ -10,15 +10,15 @@
 #   (and main's bench_decode into build/pb-main), then in /work/main:
 #   tar -cJf build/pk.tar.xz build/pb-main/lazyattn_bench_decode build/pb-pk build/pb-pks/lazyattn_bench_decode
 # Device call: carry [".deps", "build/pk.tar.xz", "build/call-pk.sh"] (this file copied there).
-# Both were left in build/ on 2026-11-30 (07:12 UTC): branch 1a00ec3, main 0a82796 (decode as affc149).
+# Both were left in build/ on 2026-11-30: branch d35f874, main 0a82796 (decode as affc149).
 set -u
 cd "$(dirname "$0")/.."
 export LD_LIBRARY_PATH=$PWD/.deps/usr/lib/x86_64-linux-gnu:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 export PATH=$PATH:/usr/local/cuda/bin
 tar xJf build/pk.tar.xz
 R=/tmp/rpk; mkdir -p $R
-# Correctness first: the decode cases (the sweep runs the packed build for raw plans with GQA
-# groups 1, 4, 8; the group-16 case the unpacked one), then the decode sanitizers.
+# Correctness first: the decode cases (the sweep runs the packed builds, GQA groups 1, 4, 8; the
+# group-16 case the unpacked ones), then the decode sanitizers.
 timeout 150 build/pb-pk/lazyattn_cuda_tests "[decode]" --durations yes > $R/cuda_tests_pk.log 2>&1; echo "tests rc $?" | tee -a $R/cuda_tests_pk.log; tail -2 $R/cuda_tests_pk.log
 for tool in memcheck racecheck; do
   timeout 60 compute-sanitizer --tool $tool --error-exitcode 3 build/pb-pk/lazyattn_cuda_tests \
