@@ -234,10 +234,10 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
   // The records of the tile computed in this iteration and the next one. The raw-capable build
   // keeps one more (`after`), so that the look-ahead angles at the end of an iteration read a
   // record two tiles ahead loaded an iteration before, not in that iteration: raw form 4-5%
-  // faster at batch 1, 0.4-0.6% at batch >= 16 (H200). The local build waits on that load as
+  // faster at 1 x 10272, 0.2-0.8% at batch >= 16 (H200). The local build waits on that load as
   // it did (Nsight Compute, 64 x 4096: its largest stall), but taking the rotation from the
-  // loader's own copy of the record instead made it 0.7-1.6% slower at batch 1 and 16 (faster
-  // at 128; bench/results/2026-11-30-h200-decode-raw-study).
+  // loader's own copy of the record instead made it 0.5-1.9% slower at 1 x 10272 and 16 x 16384
+  // (1% faster at 128 x 8192; bench/results/2026-11-30-h200-decode-raw-study).
   TileInfo cur = stream.info(tile_begin);
   TileInfo next = stream.info(tile_begin + 1);
   TileInfo after;
