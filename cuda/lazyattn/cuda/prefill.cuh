@@ -547,12 +547,28 @@ __device__ __forceinline__ void fence_operands(float (&r)[N]) {
   for (int i = 0; i < N; ++i) asm volatile("" : "+f"(r[i])::"memory");
 }
 
+// The wgmma kernel's raw query (blocked_swizzle layout in shared memory, head dim 128): the
+// pairs at dims col, col + 1 and col + 64, col + 65 of `row`, in fp32.
+template <class T>
+__device__ __forceinline__ void wgmma_query_pairs(const T* q_raw, int row, int col, float2& x,
+                                                  float2& y) {
+  constexpr int D = 128;
+  const T* x_at = q_raw + blocked_swizzle<D, kPrefillRows>(row, col >> 3) + (col & 7);
+  const T* y_at = q_raw + blocked_swizzle<D, kPrefillRows>(row, (col + D / 2) >> 3) + (col & 7);
+  x = ptx::unpack2<T>(*reinterpret_cast<const std::uint32_t*>(x_at));
+  y = ptx::unpack2<T>(*reinterpret_cast<const std::uint32_t*>(y_at));
+}
+
+// Index of this thread's q_pre entry for A fragment (kk, r): dims col, col + 1 (hi = 0) or
+// col + 64, col + 65 (hi = 1), col = 16 kk + 2 t4 + 8 (r / 2).
+__device__ __forceinline__ int wgmma_q_pre_index(int kk, int r, int hi, int tid) {
+  return (2 * (4 * kk + r) + hi) * kWgmmaPrefillThreads + tid;
+}
+
 // The wgmma kernel's prologue rotation, out of line: R(m) q * scale into q_pre, the angle of
 // query row i (= row / G) from the coarse table at 16 (i / 16) combined with the offset table at
 // i % 16. Thread `tid` owns rows row_a and row_a + 8 and the A-fragment columns
-// 16 kk + 2 t4 + {0, 1, 8, 9} (+ 64); q_pre entry (2 (4 kk + r) + hi) * threads + tid holds
-// fragment (kk, r)'s dims col, col + 1 (hi = 0) or col + 64, col + 65 (hi = 1),
-// col = 16 kk + 2 t4 + 8 (r / 2).
+// 16 kk + 2 t4 + {0, 1, 8, 9} (+ 64), stored at wgmma_q_pre_index.
 // __noinline__: ptxas allocates its registers apart from the kernel's. Inlined, this code moved
 // the schedule of the RoPE build's tile loop: 1-2% slower on the RAG tail and the encodings on
 // the H200. The segment rebuild stays inline: out of line, a call at every rebuild cost 5-11%
@@ -561,7 +577,7 @@ template <class T>
 __device__ __noinline__ void wgmma_rotate_query(const T* q_raw, float2* q_pre, const float2* cs_q,
                                                 const float2* cs_off, int row_a, int G, int t4,
                                                 int tid, float q_scale) {
-  constexpr int D = 128, kHalf = D / 2, kThreads = kWgmmaPrefillThreads;
+  constexpr int D = 128, kHalf = D / 2;
   const int ia = row_a / G, ib = (row_a + 8) / G;
 #pragma unroll
   for (int kk = 0; kk < D / 32; ++kk) {
@@ -569,19 +585,16 @@ __device__ __noinline__ void wgmma_rotate_query(const T* q_raw, float2* q_pre, c
     for (int r = 0; r < 4; ++r) {
       const int row = row_a + 8 * (r & 1);
       const int col = 16 * kk + 2 * t4 + 8 * (r >> 1);
-      const T* x_at = q_raw + blocked_swizzle<D, kPrefillRows>(row, col >> 3) + (col & 7);
-      const T* y_at =
-          q_raw + blocked_swizzle<D, kPrefillRows>(row, (col + kHalf) >> 3) + (col & 7);
-      float2 x = ptx::unpack2<T>(*reinterpret_cast<const std::uint32_t*>(x_at));
-      float2 y = ptx::unpack2<T>(*reinterpret_cast<const std::uint32_t*>(y_at));
+      float2 x, y;
+      wgmma_query_pairs(q_raw, row, col, x, y);
       x.x *= q_scale, x.y *= q_scale, y.x *= q_scale, y.y *= q_scale;
       const int i = (r & 1) ? ib : ia;
       const float2* coarse = cs_q + (i >> 4) * kHalf + col;
       const float2* fine = cs_off + (i & 15) * kHalf + col;
       rotate_pair(x.x, y.x, combine_angles(coarse[0], fine[0]));
       rotate_pair(x.y, y.y, combine_angles(coarse[1], fine[1]));
-      q_pre[(2 * (4 * kk + r)) * kThreads + tid] = x;
-      q_pre[(2 * (4 * kk + r) + 1) * kThreads + tid] = y;
+      q_pre[wgmma_q_pre_index(kk, r, 0, tid)] = x;
+      q_pre[wgmma_q_pre_index(kk, r, 1, tid)] = y;
     }
   }
 }
@@ -716,28 +729,20 @@ __global__ void __launch_bounds__(kWgmmaPrefillThreads, 1)
     if constexpr (kRope) {
       wgmma_rotate_query<T>(q_raw, q_pre, cs_q, cs_off, row_a, G, t4, tid, q_scale);
     } else {
-      auto at = [&](int row, int col) {
-        return q_raw + blocked_swizzle<D, kPrefillRows>(row, col >> 3) + (col & 7);
-      };
 #pragma unroll
       for (int kk = 0; kk < KSteps / 2; ++kk) {
 #pragma unroll
         for (int r = 0; r < 4; ++r) {
           const int row = row_a + 8 * (r & 1);
           const int col = 16 * kk + 2 * t4 + 8 * (r >> 1);
-          float2 x = ptx::unpack2<T>(*reinterpret_cast<const std::uint32_t*>(at(row, col)));
-          float2 y =
-              ptx::unpack2<T>(*reinterpret_cast<const std::uint32_t*>(at(row, col + kHalf)));
+          float2 x, y;
+          wgmma_query_pairs(q_raw, row, col, x, y);
           qf[kk][r] = ptx::pack2<T>(x.x * q_scale, x.y * q_scale);
           qf[kk + KSteps / 2][r] = ptx::pack2<T>(y.x * q_scale, y.y * q_scale);
         }
       }
       store_fragments();
     }
-  };
-  // q_pre entry of fragment (kk, r): dims col, col + 1 (hi = 0) or col + 64, col + 65 (hi = 1).
-  auto q_pre_at = [&](int kk, int r, int hi) -> float2& {
-    return q_pre[(2 * (4 * kk + r) + hi) * kThreads + tid];
   };
   // q_frag = R(-s) (R(m) q) for the segment whose cos/sin are in this warpgroup's buffer
   // (kRope only). Reads and writes this thread's own entries: no barrier with the prologue. The
@@ -755,8 +760,8 @@ __global__ void __launch_bounds__(kWgmmaPrefillThreads, 1)
         const float4 c = *reinterpret_cast<const float4*>(cs + col);  // pairs col, col + 1
 #pragma unroll
         for (int r = 2 * h; r < 2 * h + 2; ++r) {
-          float2 x = q_pre_at(kk, r, 0);
-          float2 y = q_pre_at(kk, r, 1);
+          float2 x = q_pre[wgmma_q_pre_index(kk, r, 0, tid)];
+          float2 y = q_pre[wgmma_q_pre_index(kk, r, 1, tid)];
           rotate_pair(x.x, y.x, make_float2(c.x, c.y));
           rotate_pair(x.y, y.y, make_float2(c.z, c.w));
           lo[r] = ptx::pack2<T>(x.x, x.y);
