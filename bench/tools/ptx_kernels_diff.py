@@ -3,9 +3,9 @@
 directives, comments and the numbering of labels ignored. The check that lets a commit reuse a measured build's figures
 when it changes no kernel that was not measured (a refactor, a change confined to one build).
 
-    nvcc -std=c++20 -O3 -DNDEBUG -arch=sm_90a -Icuda -Iinclude -DLAZYATTN_EXPERIMENTAL_TMA \
-         -x cu -ptx bench/cuda/bench_decode.cu -o A.ptx        # in each checkout
-    python3 bench/tools/ptx_kernels_diff.py A.ptx B.ptx [REGEX]
+    PTXAS_REPORT_PTX=/tmp/A.ptx PTXAS_REPORT_FLAGS=-DLAZYATTN_EXPERIMENTAL_TMA \
+        scripts/ptxas-report bench/cuda/bench_decode.cu decode_kernel    # in each checkout
+    python3 bench/tools/ptx_kernels_diff.py /tmp/A.ptx /tmp/B.ptx [REGEX]
 
 REGEX (default `_kernel`) selects kernels by mangled name. Exit status 1 when any differs or a
 kernel is in only one file.
@@ -25,6 +25,10 @@ def kernels(path, pattern):
             if name is not None:
                 out[name] = body
             name, body = m.group(1), []
+        if line.lstrip().startswith(".section"):  # debug sections (-lineinfo) follow the last function
+            if name is not None:
+                out[name] = body
+            name, body = None, []
         if name is None:
             continue
         s = line.strip()
