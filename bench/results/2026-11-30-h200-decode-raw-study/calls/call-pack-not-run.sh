@@ -25,20 +25,12 @@ for tool in memcheck racecheck; do
     "decode matches the float64 reference within 2x the eager error" --cuda-cases 6 > $R/sanitize_${tool}_pk.log 2>&1
   echo "$tool rc $?: $(tail -1 $R/sanitize_${tool}_pk.log)"
 done
-export LAZYATTN_BENCH_SHAPES="1x32768,16x16384,64x4096,128x8192,64x10272r,1x10272r"
-for round in 1 2 3; do for v in main pk pks; do
-  timeout 90 build/pb-$v/lazyattn_bench_decode --benchmark_filter='/(local|raw|rope_off)/' --benchmark_out=$R/dc_${v}_$round.json --benchmark_out_format=json > /dev/null 2>&1
-  python3 bench/medians.py $R/dc_${v}_$round.json > $R/dc_${v}_$round.txt
-done
-echo "## decode round $round: shape main pk pks (us)"
-paste <(awk '{print $1, $2}' $R/dc_main_$round.txt) <(awk '{print $2}' $R/dc_pk_$round.txt) <(awk '{print $2}' $R/dc_pks_$round.txt)
-done | tee $R/ab.txt
+LAZYATTN_BENCH_SHAPES="1x32768,16x16384,64x4096,128x8192,64x10272r,1x10272r" \
+  scripts/ab-bench decode '/(local|raw|rope_off)/' 3 $R/ab main=build/pb-main pk=build/pb-pk pks=build/pb-pks
 # The other rotary layouts (the packed build's partial-rotary path reads the partner's query
 # fragments from shared memory).
-for layout in interleaved partial; do for v in main pk; do
-  LAZYATTN_BENCH_ROTARY=$layout LAZYATTN_BENCH_SHAPES="64x4096,1x32768" timeout 60 build/pb-$v/lazyattn_bench_decode \
-    --benchmark_filter='/(raw|rope_off)/' --benchmark_out=$R/rot_${layout}_$v.json --benchmark_out_format=json > /dev/null 2>&1
-  python3 bench/medians.py $R/rot_${layout}_$v.json > $R/rot_${layout}_$v.txt
-done; done
-rm -f $R/*.json
+for layout in interleaved partial; do
+  LAZYATTN_BENCH_ROTARY=$layout LAZYATTN_BENCH_SHAPES="64x4096,1x32768" \
+    scripts/ab-bench decode '/(raw|rope_off)/' 1 $R/rot_$layout main=build/pb-main pk=build/pb-pk
+done
 tar czf $OUT/rpk.tgz -C $R .
