@@ -8,7 +8,8 @@
 //   modes        local (documents and tail in local form), raw (keys rotated in the kernel), and
 //                rope_off (pre-rotated keys and queries), each with the kernel PrefillKernel::kAuto
 //                picks (the label names it: wgmma for local and rope_off, mma_sync for raw);
-//                local_mma and rope_off_mma force the mma.sync kernel
+//                local_mma and rope_off_mma force the mma.sync kernel; LAZYATTN_BENCH_PREFILL_WS=1
+//                runs the warp-specialised wgmma kernel (label wgmma_ws) where kAuto takes wgmma
 //   splits       automatic key-range splits (a workspace is passed); LAZYATTN_BENCH_PREFILL_SPLITS=N
 //                forces N
 #include <benchmark/benchmark.h>
@@ -139,6 +140,10 @@ void bench_prefill(benchmark::State& state, Shape sh, Mode mode) {
   a.kernel = mode == Mode::kLocalMma || mode == Mode::kRopeOffMma ? cuda::PrefillKernel::kMmaSync
                                                                    : cuda::PrefillKernel::kAuto;
   const cuda::DevicePlan& plan = mode == Mode::kRaw ? s.plan_raw : s.plan_local;
+  // LAZYATTN_BENCH_PREFILL_WS=1: the warp-specialised wgmma kernel where kAuto takes wgmma.
+  if (const char* e = std::getenv("LAZYATTN_BENCH_PREFILL_WS"); e && std::atoi(e) == 1 &&
+      cuda::resolve_prefill_kernel(a, plan, *s.rope) == cuda::PrefillKernel::kWgmma)
+    a.kernel = cuda::PrefillKernel::kWgmmaWs;
   state.SetLabel(cuda::to_string(cuda::resolve_prefill_kernel(a, plan, *s.rope)));
   if (const char* e = std::getenv("LAZYATTN_BENCH_PREFILL_SPLITS")) a.kv_splits = std::atoi(e);
   for (int i = 0; i < 3; ++i) cuda::prefill(a, *s.pool, plan, *s.rope, &s.ws);

@@ -34,6 +34,7 @@ def kernels(path, pattern):
         s = line.strip()
         if s.startswith(".loc") or s.startswith("//"):
             continue
+        s = re.sub(r"//.*$", "", s).rstrip()  # trailing comments ("{ // callseq 2, 0")
         # Labels and local depots are numbered by the function's place in the file.
         body.append(re.sub(r"__local_depot\d+", "__local_depot", re.sub(r"\$L__BB\d+_", "$L__BB_", s)))
     if name is not None:

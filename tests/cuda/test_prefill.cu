@@ -88,7 +88,10 @@ void check_prefill(const test::ref::Scenario& sc) {
   // 3-way split of every key range (most of these small scenarios get one split automatically,
   // so 3 exercises the merge).
   std::vector<cuda::PrefillKernel> kernels{cuda::PrefillKernel::kMmaSync};
-  if (wgmma_applies(spec)) kernels.push_back(cuda::PrefillKernel::kWgmma);
+  if (wgmma_applies(spec)) {
+    kernels.push_back(cuda::PrefillKernel::kWgmma);
+    kernels.push_back(cuda::PrefillKernel::kWgmmaWs);
+  }
   for (cuda::PrefillKernel kernel : kernels) {
     ds.prefill_kernel = kernel;
     for (int splits : {0, 1, 3}) {
@@ -371,6 +374,10 @@ TEST_CASE("prefill's kernel choice: kAuto takes wgmma where it applies, kWgmma n
                     Catch::Contains("rotary_dim 64"));
   CHECK_THROWS_WITH(choose(64, StorageForm::kLocal, d64, K::kWgmma, true),
                     Catch::Contains("head_dim 64"));
+  CHECK(choose(128, StorageForm::kLocal, full, K::kWgmmaWs, true) == K::kWgmmaWs);
+  CHECK(choose(128, StorageForm::kLocal, partial, K::kWgmmaWs, false) == K::kWgmmaWs);
+  CHECK_THROWS_WITH(choose(128, StorageForm::kRaw, full, K::kWgmmaWs, true),
+                    Catch::Contains("kernel = wgmma_ws, but the plan has raw-form segments"));
   CHECK_THROWS_WITH(choose(128, StorageForm::kLocal, full, static_cast<K>(7), true),
                     Catch::Contains("kernel 7"));
 }

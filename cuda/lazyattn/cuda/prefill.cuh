@@ -516,6 +516,8 @@ __global__ void __launch_bounds__(PrefillShape<D>::kThreads, PrefillShape<D>::kM
 //  Measured on the H200: docs/performance.md ("the Hopper kernel").
 inline constexpr int kWgmmaPrefillThreads = 256;
 inline constexpr int kWgmmaStages = 4;
+// Warp-specialised variant (PrefillKernel::kWgmmaWs): a third warpgroup loads the K/V ring.
+inline constexpr int kWgmmaWsThreads = kWgmmaPrefillThreads + 128;
 struct WgmmaPrefillShape {
   static constexpr int D = 128;
   static constexpr int kTileBytes = kTileKeys * D * 2;      // 16 KiB
@@ -535,6 +537,10 @@ struct WgmmaPrefillShape {
   static constexpr int kCsSeg = kQFrag + 8 * kWgmmaPrefillThreads * 16;
   static constexpr int kTurns = kCsSeg + 2 * (D / 2) * 8;   // [64] Q0.64 angles per position
   static constexpr int kSmemBytes = kTurns + (D / 2) * 8;
+  // Warp-specialised variant: mbarriers full[stage] (the loading warpgroup's copies landed) and
+  // empty[stage] (both computing warpgroups are done with the stage), after everything else.
+  static constexpr int kWsBars = kSmemBytes;
+  static constexpr int kWsSmemBytes = kWsBars + 2 * kWgmmaStages * 8;
   static_assert(kCsOff + 16 * (D / 2) * 8 <= kQRaw, "the cos/sin tables fit their V slot");
   static_assert(kPrefillRows * D * 2 == 2 * kTileBytes, "the raw query fills one ring stage");
 };
@@ -599,8 +605,15 @@ __device__ __noinline__ void wgmma_rotate_query(const T* q_raw, float2* q_pre, c
   }
 }
 
-template <class T, bool kRope>
-__global__ void __launch_bounds__(kWgmmaPrefillThreads, 1)
+// kWs (PrefillKernel::kWgmmaWs): warp-specialised, FlashAttention-3's division of labour.
+// Warpgroups 0 and 1 compute as above; warpgroup 2 (24 registers; the others take 240 with
+// setmaxnreg) streams the K/V tiles into the ring with cp.async and signals each stage on an
+// mbarrier (full); the computing warps release a stage on another (empty) once both its wgmmas
+// are done. The computing warpgroups no longer meet at a CTA barrier per tile nor issue loads;
+// they take turns issuing their wgmmas (two named barriers), so one's softmax runs under the
+// other's tensor-core work.
+template <class T, bool kRope, bool kWs = false>
+__global__ void __launch_bounds__(kWs ? kWgmmaWsThreads : kWgmmaPrefillThreads, 1)
     prefill_wgmma_kernel(const __grid_constant__ PrefillParams p) {
   using Shape = WgmmaPrefillShape;
   constexpr int D = Shape::D;
@@ -660,6 +673,73 @@ __global__ void __launch_bounds__(kWgmmaPrefillThreads, 1)
     tile_begin += static_cast<int>(static_cast<std::int64_t>(n) * z / p.kv_splits);
   }
 
+  // Warp-specialised: barriers; then warpgroup 2 loads the ring and leaves.
+  const std::uint32_t ws_bars = ptx::smem_addr(smem + Shape::kWsBars);
+  auto full_bar = [&](int stage) { return ws_bars + 8u * static_cast<unsigned>(stage); };
+  auto empty_bar = [&](int stage) { return ws_bars + 8u * static_cast<unsigned>(S + stage); };
+  if constexpr (kWs) {
+    if (tid == 0) {
+      for (int st = 0; st < S; ++st) {
+        ptx::mbarrier_init(full_bar(st), 128);  // the loading threads' cp.async arrivals
+        ptx::mbarrier_init(empty_bar(st), 8);   // one per computing warp
+      }
+      ptx::fence_barrier_init();
+    }
+    __syncthreads();
+    if (tid >= kThreads) {
+      ptx::setmaxnreg_dec<24>();
+      // Stages 2 and 3 hold the prologue's tables and raw query until the computing warps have
+      // read them (barrier 7: they arrive, this warpgroup waits).
+      const int ltid = tid - kThreads;
+      const int lwarp = ltid >> 5;
+      const T* k_head = static_cast<const T*>(p.k_pool) + kv_head * p.head_stride;
+      const T* v_head = static_cast<const T*>(p.v_pool) + kv_head * p.head_stride;
+      T* stages = reinterpret_cast<T*>(smem + Shape::kStages);
+      const int chunk = lane % (D / 8);      // the 16-byte chunk of a row this thread copies
+      const int row_in = 2 * lwarp + lane / (D / 8);  // its first row; then every 8 rows
+      const int slot_mask = (1 << p.page_size_log2) - 1;
+      for (int a = ltid * 128; a < (tile_end - tile_begin) * static_cast<int>(sizeof(TileInfo));
+           a += 128 * 128)
+        asm volatile("prefetch.global.L2 [%0];" ::"l"(
+            reinterpret_cast<const char*>(p.sched.tiles + tile_begin) + a));
+      bool prologue_read = false;
+      for (int tile = tile_begin, it = 0; tile < tile_end; ++tile, ++it) {
+        const int stage = it % S;
+        if (it == 2) {
+          ptx::named_barrier_sync<7, kWgmmaWsThreads>();
+          prologue_read = true;
+        }
+        if (it >= S) ptx::mbarrier_wait(empty_bar(stage), static_cast<std::uint32_t>((it / S - 1) & 1));
+        const TileInfo ti = p.sched.tiles[tile];
+        // The tile's pages (key0 is a multiple of 64, so at most 64 / page_size of them): lane j
+        // reads page j, the rows take theirs by shuffle.
+        const int first = ti.page_base + (ti.key0 >> p.page_size_log2);
+        const int npages = ((ti.rows - 1) >> p.page_size_log2) + 1;
+        const int my_page = lane < npages ? p.plan.page_ids[first + lane] : 0;
+        T* ks = stages + stage * 2 * kTileKeys * D;
+        T* vs = ks + kTileKeys * D;
+#pragma unroll
+        for (int i = 0; i < kTileKeys / 8; ++i) {
+          const int r = row_in + 8 * i;
+          const bool valid = r < ti.rows;
+          const int rr = valid ? r : 0;
+          const int page = __shfl_sync(0xffffffffu, my_page, rr >> p.page_size_log2);
+          const std::int64_t off = static_cast<std::int64_t>(page) * p.page_stride +
+                                   static_cast<std::int64_t>((ti.key0 + rr) & slot_mask) * D +
+                                   chunk * 8;
+          const int at = blocked_swizzle<D, kTileKeys>(r, chunk);
+          ptx::cp_async_16(ptx::smem_addr(ks + at), k_head + off, valid);
+          ptx::cp_async_16(ptx::smem_addr(vs + at), v_head + off, valid);
+        }
+        ptx::cp_async_mbarrier_arrive_noinc(full_bar(stage));
+      }
+      if (!prologue_read) ptx::named_barrier_sync<7, kWgmmaWsThreads>();
+      ptx::cp_async_wait<0>();
+      return;
+    }
+    ptx::setmaxnreg_inc<240>();
+  }
+
   // ---- the raw query tile (blocked layout), zero past the request: joins the first tile's group
   {
     constexpr int kChunks = D / 8;
@@ -684,9 +764,13 @@ __global__ void __launch_bounds__(kWgmmaPrefillThreads, 1)
   using Stream = TileStream<T, D, kThreads, S, true>;
   Stream stream = Stream::for_head(p, kv_head, tile_end, tid,
                                    reinterpret_cast<T*>(smem + Shape::kStages));
-  stream.prefetch_records(tile_begin, tid);
-  if (tile_begin < tile_end) stream.start_split(tile_begin);
-  else ptx::cp_async_commit();  // the raw query's copies, waited for at the end
+  if constexpr (kWs) {
+    ptx::cp_async_commit();  // the raw query's copies (the loading warpgroup streams K/V)
+  } else {
+    stream.prefetch_records(tile_begin, tid);
+    if (tile_begin < tile_end) stream.start_split(tile_begin);
+    else ptx::cp_async_commit();  // the raw query's copies, waited for at the end
+  }
 
   // cos/sin of -s (segment start s) for every rotary pair, into this warpgroup's buffer (its
   // first 64 threads; the caller syncs the warpgroup before anyone reads).
@@ -703,7 +787,8 @@ __global__ void __launch_bounds__(kWgmmaPrefillThreads, 1)
   if (kRope) {
     for (int i = tid; i < 16 * kHalf; i += kThreads) cs_off[i] = offset_cs[i];
     for (int j = tid; j < kHalf; j += kThreads) s_turns[j] = turns[j];
-    __syncthreads();
+    if constexpr (kWs) ptx::named_barrier_sync<4, kThreads>();  // the computing warpgroups
+    else __syncthreads();
     const int coarse_rows = (kPrefillRows / G + 15) / 16;
     for (int i = tid; i < coarse_rows * kHalf; i += kThreads)
       cs_q[i] = rope_cos_sin(m_first + 16 * (i / kHalf), s_turns[i % kHalf]);
@@ -892,15 +977,45 @@ __global__ void __launch_bounds__(kWgmmaPrefillThreads, 1)
     ptx::named_barrier_sync<3, kThreads>();
     stream.step_split(tile, it);
   };
+  // Warp-specialised: iteration it's stage landed (the loading warpgroup's cp.async writes, seen
+  // by this thread's wgmmas through the async proxy).
+  auto wait_full = [&](int it) {
+    ptx::mbarrier_wait(full_bar(it % S), static_cast<std::uint32_t>((it / S) & 1));
+    ptx::fence_proxy_async_smem();
+  };
+  // Warp-specialised turns: warpgroup w issues after bar.sync 5 + w and hands over with
+  // bar.arrive 6 - w (warpgroup 1 hands warpgroup 0 the first turn; warpgroup 0 takes one extra
+  // turn at the end, so every arrival is waited for).
+  auto take_turn = [&] {
+    if (wg == 0) ptx::named_barrier_sync<5, kThreads>();
+    else ptx::named_barrier_sync<6, kThreads>();
+  };
+  auto pass_turn = [&] {
+    if (wg == 0) ptx::named_barrier_arrive<6, kThreads>();
+    else ptx::named_barrier_arrive<5, kThreads>();
+  };
   auto run = [&](auto late) {
     constexpr bool kLate = decltype(late)::value;  // warpgroup 1
     // ---- tile_begin: S, softmax; no P V yet ----------------------------------------------------
-    barrier_step(tile_begin, 0);  // the raw query and K(tile_begin) landed
-    ti_n2 = stream.v_info;        // tile_begin + 2
+    if constexpr (kWs) {
+      ptx::cp_async_wait<0>();
+      ptx::named_barrier_sync<4, kThreads>();  // everyone's raw query landed
+      wait_full(0);
+      ti_n2 = stream.info_nb(tile_begin + 2);
+    } else {
+      barrier_step(tile_begin, 0);  // the raw query and K(tile_begin) landed
+      ti_n2 = stream.v_info;        // tile_begin + 2
+    }
     prepare_query();  // reads the raw query (stage 3) and the cos/sin tables (stage 2's V slot)
+    if constexpr (kWs) ptx::named_barrier_arrive<7, kWgmmaWsThreads>();  // the loader may refill
     if (kRope) build_query();
+    if constexpr (kWs) {
+      if constexpr (kLate) pass_turn();  // warpgroup 0 goes first
+      take_turn();
+    }
     issue_qk(s, 0);
-    if constexpr (kLate) barrier_step(tile_begin + 1, 1);  // after everyone's prepare_query
+    if constexpr (kWs) pass_turn();
+    if constexpr (kLate && !kWs) barrier_step(tile_begin + 1, 1);  // after everyone's prepare_query
     ptx::wgmma_wait<0>();
     fence_operands(s);
     float scale[2];
@@ -919,31 +1034,42 @@ __global__ void __launch_bounds__(kWgmmaPrefillThreads, 1)
         run_end = min(tile_end, tile + (seg_length - ti_next.key0 + kTileKeys - 1) / kTileKeys);
       }
       for (; tile < run_end; ++tile, ++it) {
-        if constexpr (!kLate) barrier_step(tile, it);
+        if constexpr (kWs) wait_full(it);
+        else if constexpr (!kLate) barrier_step(tile, it);
         ti_cur = ti_next;
         ti_next = ti_n2;
-        ti_n2 = stream.v_info;  // tile + 2, fetched two tiles ago
+        if constexpr (kWs) ti_n2 = stream.info_nb(tile + 2);
+        else ti_n2 = stream.v_info;  // tile + 2, fetched two tiles ago
         // S(tile) and P(tile - 1) V(tile - 1) back to back; the softmax of S runs under P V.
+        if constexpr (kWs) take_turn();
         issue_qk(s, it % S);
         issue_pv((it - 1) % S);
-        if constexpr (kLate) barrier_step(tile + 1, it + 1);
+        if constexpr (kWs) pass_turn();
+        if constexpr (kLate && !kWs) barrier_step(tile + 1, it + 1);
         ptx::wgmma_wait<1>();
         fence_operands(s);
         softmax(ti_cur, scale);
         ptx::wgmma_wait<0>();
         fence_operands(o);
+        // Stage it - 1 (K read by S(tile - 1), V by P V just now) is free for this warp.
+        if constexpr (kWs) {
+          if (lane == 0) ptx::mbarrier_arrive(empty_bar((it - 1) % S));
+        }
         rescale_and_pack(scale);
       }
     }
     // B(tile_end): warpgroup 1 passed it in its last iteration (or the prologue).
-    if constexpr (!kLate) barrier_step(tile_end, tile_end - tile_begin);
+    if constexpr (!kLate && !kWs) barrier_step(tile_end, tile_end - tile_begin);
     issue_pv((tile_end - 1 - tile_begin) % S);  // the last tile's P V (its V landed at B(end))
     ptx::wgmma_wait<0>();
     fence_operands(o);
+    if constexpr (kWs && !kLate) take_turn();  // warpgroup 1's last hand-over
   };
   if (tile_begin < tile_end) {
     if (wg == 0) run(std::false_type{});
     else run(std::true_type{});
+  } else if constexpr (kWs) {
+    ptx::named_barrier_arrive<7, kWgmmaWsThreads>();  // no prologue: the loader has nothing to do
   }
   ptx::cp_async_wait<0>();
 
@@ -1019,14 +1145,17 @@ struct PrefillWorkspace {
 };
 
 // The prefill kernels: the FlashAttention-2-style mma.sync kernel (every head dim, form and
-// rotary layout) and the Hopper wgmma kernel (head dim 128, local form, rotate-half).
-enum class PrefillKernel : std::uint8_t { kAuto, kMmaSync, kWgmma };
+// rotary layout) and the Hopper wgmma kernel (head dim 128, local form, rotate-half), in two
+// forms: kWgmma (two warpgroups that load and compute) and kWgmmaWs (EXPERIMENTAL: plus a
+// loading warpgroup, FlashAttention-3's warp specialisation; same inputs as kWgmma).
+enum class PrefillKernel : std::uint8_t { kAuto, kMmaSync, kWgmma, kWgmmaWs };
 
 inline const char* to_string(PrefillKernel k) {
   switch (k) {
     case PrefillKernel::kAuto: return "auto";
     case PrefillKernel::kMmaSync: return "mma_sync";
     case PrefillKernel::kWgmma: return "wgmma";
+    case PrefillKernel::kWgmmaWs: return "wgmma_ws";
   }
   return "?";
 }
@@ -1045,7 +1174,7 @@ struct PrefillArgs {
   // Which kernel: kAuto takes the Hopper (wgmma) kernel where it applies (head dim 128,
   // local-form segments only, rotate-half over all head dims or RoPE off) and the mma.sync
   // kernel otherwise; kWgmma insists (and throws, naming what does not fit), kMmaSync forces the
-  // FlashAttention-2-style kernel.
+  // FlashAttention-2-style kernel; kWgmmaWs insists on the warp-specialised wgmma kernel.
   PrefillKernel kernel = PrefillKernel::kAuto;
 };
 
@@ -1069,15 +1198,17 @@ inline PrefillKernel resolve_prefill_kernel(const PrefillArgs& args, const Devic
     case PrefillKernel::kMmaSync:
       return PrefillKernel::kMmaSync;
     case PrefillKernel::kWgmma:
-      LAZYATTN_CHECK(!mismatch, "cuda::prefill: kernel = wgmma, but ", mismatch ? mismatch : "",
-                     " (head_dim ", args.params.head_dim, ", rotary_dim ", rope.view().rotary_dim,
+    case PrefillKernel::kWgmmaWs:
+      LAZYATTN_CHECK(!mismatch, "cuda::prefill: kernel = ", to_string(args.kernel), ", but ",
+                     mismatch ? mismatch : "", " (head_dim ", args.params.head_dim,
+                     ", rotary_dim ", rope.view().rotary_dim,
                      rope.view().interleaved ? " interleaved" : "", ")");
-      return PrefillKernel::kWgmma;
+      return args.kernel;
     case PrefillKernel::kAuto:
       return mismatch ? PrefillKernel::kMmaSync : PrefillKernel::kWgmma;
   }
   ::lazyattn::detail::throw_error("cuda::prefill: kernel ", static_cast<int>(args.kernel),
-                      ", expected auto (0), mma_sync (1) or wgmma (2)");
+                      ", expected auto (0), mma_sync (1), wgmma (2) or wgmma_ws (3)");
 }
 
 // Launches the prefill for one layer over a plan uploaded with make_prefill_schedule. The K/V of
@@ -1146,7 +1277,8 @@ inline void prefill(const PrefillArgs& args, const DevicePool& pool, const Devic
   int log2_page = 0;
   while ((1 << log2_page) < geo.page_size) ++log2_page;
   p.page_size_log2 = log2_page;
-  const bool wgmma = resolve_prefill_kernel(args, plan, rope) == PrefillKernel::kWgmma;
+  const PrefillKernel chosen = resolve_prefill_kernel(args, plan, rope);
+  const bool wgmma = chosen == PrefillKernel::kWgmma || chosen == PrefillKernel::kWgmmaWs;
   int splits = args.kv_splits;
   if (splits == 0) {  // enough CTAs for one full wave, each split at least 4 key tiles
     const std::int64_t ctas = static_cast<std::int64_t>(sv.num_qtiles) * ap.num_kv_heads;
@@ -1183,16 +1315,24 @@ inline void prefill(const PrefillArgs& args, const DevicePool& pool, const Devic
         bool launched = false;
         if constexpr (D == 128) {
           if (wgmma) {
-            constexpr int kSmem = detail::WgmmaPrefillShape::kSmemBytes;
+            using WShape = detail::WgmmaPrefillShape;
+            const bool ws = chosen == PrefillKernel::kWgmmaWs;
+            const int smem = ws ? WShape::kWsSmemBytes : WShape::kSmemBytes;
             auto launch_wgmma = [&](auto kernel) {
-              prepare_kernel(kernel, kSmem);
+              prepare_kernel(kernel, smem);
               dim3 grid(static_cast<unsigned>(sv.num_qtiles * ap.num_kv_heads), 1,
                         static_cast<unsigned>(splits));
-              kernel<<<grid, detail::kWgmmaPrefillThreads, kSmem, stream>>>(p);
+              kernel<<<grid, ws ? detail::kWgmmaWsThreads : detail::kWgmmaPrefillThreads, smem,
+                       stream>>>(p);
               LAZYATTN_CUDA_CHECK_LAUNCH();
             };
-            if (args.rope) launch_wgmma(detail::prefill_wgmma_kernel<T, true>);
-            else launch_wgmma(detail::prefill_wgmma_kernel<T, false>);
+            if (ws) {
+              if (args.rope) launch_wgmma(detail::prefill_wgmma_kernel<T, true, true>);
+              else launch_wgmma(detail::prefill_wgmma_kernel<T, false, true>);
+            } else {
+              if (args.rope) launch_wgmma(detail::prefill_wgmma_kernel<T, true>);
+              else launch_wgmma(detail::prefill_wgmma_kernel<T, false>);
+            }
             launched = true;
           }
         }

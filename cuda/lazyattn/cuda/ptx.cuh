@@ -52,6 +52,27 @@ __device__ __forceinline__ void named_barrier_sync() {
   static_assert(kId >= 1 && kId < 16 && kCount % 32 == 0, "named barrier");
   asm volatile("bar.sync %0, %1;\n" ::"n"(kId), "n"(kCount) : "memory");
 }
+// Arrives at barrier kId (kCount threads in all, some of them waiting in bar.sync) without
+// waiting: the producer side of a named-barrier handshake.
+template <int kId, int kCount>
+__device__ __forceinline__ void named_barrier_arrive() {
+  static_assert(kId >= 1 && kId < 16 && kCount % 32 == 0, "named barrier");
+  asm volatile("bar.arrive %0, %1;\n" ::"n"(kId), "n"(kCount) : "memory");
+}
+// Hopper: sets this warpgroup's registers per thread to N (every warp of the warpgroup executes
+// it). A kernel built for 384 threads at 168 registers gives a loading warpgroup 24 and two
+// computing warpgroups 240 (24 + 2 * 240 = 3 * 168); ptxas allocates the code after each
+// instruction within its N.
+template <int N>
+__device__ __forceinline__ void setmaxnreg_inc() {
+  static_assert(N % 8 == 0 && N >= 24 && N <= 256, "setmaxnreg");
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N));
+}
+template <int N>
+__device__ __forceinline__ void setmaxnreg_dec() {
+  static_assert(N % 8 == 0 && N >= 24 && N <= 256, "setmaxnreg");
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N));
+}
 
 __device__ __forceinline__ void ldmatrix_x4(std::uint32_t (&r)[4], std::uint32_t addr) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"

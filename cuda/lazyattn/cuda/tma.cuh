@@ -40,6 +40,15 @@ __device__ __forceinline__ void mbarrier_arrive_expect_tx(std::uint32_t bar, std
   asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes)
                : "memory");
 }
+// One arrival on `bar`.
+__device__ __forceinline__ void mbarrier_arrive(std::uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+// One arrival on `bar` once every cp.async this thread issued before has landed (counted in the
+// barrier's initial count: noinc).
+__device__ __forceinline__ void cp_async_mbarrier_arrive_noinc(std::uint32_t bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
+}
 // Waits until the phase with parity `parity` has completed.
 __device__ __forceinline__ void mbarrier_wait(std::uint32_t bar, std::uint32_t parity) {
   asm volatile(
