@@ -985,14 +985,15 @@ __global__ void __launch_bounds__(kWs ? kWgmmaWsThreads : kWgmmaPrefillThreads, 
   };
   // Warp-specialised turns: warpgroup w issues after bar.sync 5 + w and hands over with
   // bar.arrive 6 - w (warpgroup 1 hands warpgroup 0 the first turn; warpgroup 0 takes one extra
-  // turn at the end, so every arrival is waited for).
-  auto take_turn = [&] {
-    if (wg == 0) ptx::named_barrier_sync<5, kThreads>();
-    else ptx::named_barrier_sync<6, kThreads>();
+  // turn at the end, so every arrival is waited for). `late`: warpgroup 1, a compile-time
+  // choice (a branch while wgmmas are in flight would make ptxas wait for them there).
+  auto take_turn = [&](auto late) {
+    if constexpr (decltype(late)::value) ptx::named_barrier_sync<6, kThreads>();
+    else ptx::named_barrier_sync<5, kThreads>();
   };
-  auto pass_turn = [&] {
-    if (wg == 0) ptx::named_barrier_arrive<6, kThreads>();
-    else ptx::named_barrier_arrive<5, kThreads>();
+  auto pass_turn = [&](auto late) {
+    if constexpr (decltype(late)::value) ptx::named_barrier_arrive<5, kThreads>();
+    else ptx::named_barrier_arrive<6, kThreads>();
   };
   auto run = [&](auto late) {
     constexpr bool kLate = decltype(late)::value;  // warpgroup 1
@@ -1010,11 +1011,11 @@ __global__ void __launch_bounds__(kWs ? kWgmmaWsThreads : kWgmmaPrefillThreads, 
     if constexpr (kWs) ptx::named_barrier_arrive<7, kWgmmaWsThreads>();  // the loader may refill
     if (kRope) build_query();
     if constexpr (kWs) {
-      if constexpr (kLate) pass_turn();  // warpgroup 0 goes first
-      take_turn();
+      if constexpr (kLate) pass_turn(late);  // warpgroup 0 goes first
+      take_turn(late);
     }
     issue_qk(s, 0);
-    if constexpr (kWs) pass_turn();
+    if constexpr (kWs) pass_turn(late);
     if constexpr (kLate && !kWs) barrier_step(tile_begin + 1, 1);  // after everyone's prepare_query
     ptx::wgmma_wait<0>();
     fence_operands(s);
@@ -1041,10 +1042,10 @@ __global__ void __launch_bounds__(kWs ? kWgmmaWsThreads : kWgmmaPrefillThreads, 
         if constexpr (kWs) ti_n2 = stream.info_nb(tile + 2);
         else ti_n2 = stream.v_info;  // tile + 2, fetched two tiles ago
         // S(tile) and P(tile - 1) V(tile - 1) back to back; the softmax of S runs under P V.
-        if constexpr (kWs) take_turn();
+        if constexpr (kWs) take_turn(late);
         issue_qk(s, it % S);
         issue_pv((it - 1) % S);
-        if constexpr (kWs) pass_turn();
+        if constexpr (kWs) pass_turn(late);
         if constexpr (kLate && !kWs) barrier_step(tile + 1, it + 1);
         ptx::wgmma_wait<1>();
         fence_operands(s);
@@ -1063,7 +1064,7 @@ __global__ void __launch_bounds__(kWs ? kWgmmaWsThreads : kWgmmaPrefillThreads, 
     issue_pv((tile_end - 1 - tile_begin) % S);  // the last tile's P V (its V landed at B(end))
     ptx::wgmma_wait<0>();
     fence_operands(o);
-    if constexpr (kWs && !kLate) take_turn();  // warpgroup 1's last hand-over
+    if constexpr (kWs && !kLate) take_turn(late);  // warpgroup 1's last hand-over
   };
   if (tile_begin < tile_end) {
     if (wg == 0) run(std::false_type{});
