@@ -518,6 +518,16 @@ inline constexpr int kWgmmaPrefillThreads = 256;
 inline constexpr int kWgmmaStages = 4;
 // Warp-specialised variant (PrefillKernel::kWgmmaWs): a third warpgroup loads the K/V ring.
 inline constexpr int kWgmmaWsThreads = kWgmmaPrefillThreads + 128;
+// Variants of the warp-specialised kernel, for A/B on the H200 (1 = on):
+// LAZYATTN_PREFILL_WS_TURNS  the computing warpgroups take turns issuing (default 1);
+// LAZYATTN_PREFILL_WS_QREG   the query's A fragments stay in registers between tiles instead of
+//                            thread-private shared memory (default 0).
+#ifndef LAZYATTN_PREFILL_WS_TURNS
+#define LAZYATTN_PREFILL_WS_TURNS 1
+#endif
+#ifndef LAZYATTN_PREFILL_WS_QREG
+#define LAZYATTN_PREFILL_WS_QREG 0
+#endif
 struct WgmmaPrefillShape {
   static constexpr int D = 128;
   static constexpr int kTileBytes = kTileKeys * D * 2;      // 16 KiB
@@ -803,7 +813,9 @@ __global__ void __launch_bounds__(kWs ? kWgmmaWsThreads : kWgmmaPrefillThreads, 
   // col + 1) and 2 (4 kk + r) + 1 (dims col + 64, col + 65).
   std::uint32_t qf[KSteps][4];
   const float q_scale = kRope ? p.sm_scale_log2 * p.rope.query_scale : p.sm_scale_log2;
+  constexpr bool kQReg = kWs && LAZYATTN_PREFILL_WS_QREG;  // qf holds the query between tiles
   auto store_fragments = [&] {
+    if constexpr (kQReg) return;
 #pragma unroll
     for (int kk = 0; kk < KSteps; ++kk)
       q_frag[kk * kThreads + tid] = make_uint4(qf[kk][0], qf[kk][1], qf[kk][2], qf[kk][3]);
@@ -853,18 +865,25 @@ __global__ void __launch_bounds__(kWs ? kWgmmaWsThreads : kWgmmaPrefillThreads, 
           hi[r] = ptx::pack2<T>(y.x, y.y);
         }
       }
-      q_frag[kk * kThreads + tid] = make_uint4(lo[0], lo[1], lo[2], lo[3]);
-      q_frag[(kk + KSteps / 2) * kThreads + tid] = make_uint4(hi[0], hi[1], hi[2], hi[3]);
+      if constexpr (kQReg) {
+#pragma unroll
+        for (int r = 0; r < 4; ++r) qf[kk][r] = lo[r], qf[kk + KSteps / 2][r] = hi[r];
+      } else {
+        q_frag[kk * kThreads + tid] = make_uint4(lo[0], lo[1], lo[2], lo[3]);
+        q_frag[(kk + KSteps / 2) * kThreads + tid] = make_uint4(hi[0], hi[1], hi[2], hi[3]);
+      }
     }
   };
   // S = Q K^T for this warpgroup's 64 rows against the tile in ring stage `stage` (issued, not
   // waited for).
   auto issue_qk = [&](float (&s)[32], int stage) {
     const std::uint32_t k_addr = ptx::smem_addr(stream.k_stage(stage));
+    if constexpr (!kQReg) {
 #pragma unroll
-    for (int kk = 0; kk < KSteps; ++kk) {
-      const uint4 f = q_frag[kk * kThreads + tid];
-      qf[kk][0] = f.x, qf[kk][1] = f.y, qf[kk][2] = f.z, qf[kk][3] = f.w;
+      for (int kk = 0; kk < KSteps; ++kk) {
+        const uint4 f = q_frag[kk * kThreads + tid];
+        qf[kk][0] = f.x, qf[kk][1] = f.y, qf[kk][2] = f.z, qf[kk][3] = f.w;
+      }
     }
     fence_operands(s);
     ptx::wgmma_fence();
@@ -988,10 +1007,12 @@ __global__ void __launch_bounds__(kWs ? kWgmmaWsThreads : kWgmmaPrefillThreads, 
   // turn at the end, so every arrival is waited for). `late`: warpgroup 1, a compile-time
   // choice (a branch while wgmmas are in flight would make ptxas wait for them there).
   auto take_turn = [&](auto late) {
+    if constexpr (!LAZYATTN_PREFILL_WS_TURNS) return;
     if constexpr (decltype(late)::value) ptx::named_barrier_sync<6, kThreads>();
     else ptx::named_barrier_sync<5, kThreads>();
   };
   auto pass_turn = [&](auto late) {
+    if constexpr (!LAZYATTN_PREFILL_WS_TURNS) return;
     if constexpr (decltype(late)::value) ptx::named_barrier_arrive<5, kThreads>();
     else ptx::named_barrier_arrive<6, kThreads>();
   };
