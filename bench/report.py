@@ -96,7 +96,8 @@ def prefill_table(ours, peers):
             r["rope_overhead_raw"] = us["raw"] / us[raw_twin] - 1.0
         # The mma.sync kernel forced (local / rope_off are what PrefillKernel::kAuto picks).
         peer_ratios(r, tf, us, "local_mma", "mma", "rope_off_mma")
-        # Results from before the wgmma kernel became the default name it *_wgmma.
+        # The wgmma kernel by name: before it became the default, and since 2026-11-30 its
+        # two-warpgroup form beside the warp-specialised default.
         peer_ratios(r, tf, us, "local_wgmma", "wgmma", "rope_off_wgmma")
         out.append(r)
     return out
@@ -105,8 +106,9 @@ def prefill_table(ours, peers):
 def prefill_markdown(rows, meta):
     lines = [f"Prefill, {meta['device']}, commit {meta['commit']}, {meta['date']}; medians; "
              "TFLOP/s = 4 q kv d heads / time (halved for the causal square).", "",
-             "Kernels as PrefillKernel::kAuto picks them (wgmma for local and RoPE off at head dim "
-             "128, mma.sync for raw, whose overhead is against the mma.sync RoPE-off run).", "",
+             "Kernels as PrefillKernel::kAuto picks them (wgmma, warp-specialised since 2026-11-30, "
+             "for local and RoPE off at head dim 128; mma.sync for raw, whose overhead is against "
+             "the mma.sync RoPE-off run).", "",
              "| shape | local | raw | RoPE off | flash | cuDNN | local / flash | local / cuDNN | "
              "RoPE overhead local / raw |", "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
@@ -118,8 +120,9 @@ def prefill_markdown(rows, meta):
                      f"{fmt(r.get('rope_overhead_raw'), '{:+.1%}')} |")
     lines += variant_table(rows, "The mma.sync kernel forced (PrefillKernel::kMmaSync), same call:",
                            "local_mma", "rope_off_mma", "mma")
-    lines += variant_table(rows, "Hopper kernel (wgmma, forced by name before it became the "
-                           "default), same call:", "local_wgmma", "rope_off_wgmma", "wgmma")
+    lines += variant_table(rows, "Hopper kernel forced by name (PrefillKernel::kWgmma: before it "
+                           "became the default; since 2026-11-30 its two-warpgroup form), same "
+                           "call:", "local_wgmma", "rope_off_wgmma", "wgmma")
     return "\n".join(lines) + "\n"
 
 

@@ -7,9 +7,9 @@
 //                its tokens queries); FLOPs halved for the causal square
 //   modes        local (documents and tail in local form), raw (keys rotated in the kernel), and
 //                rope_off (pre-rotated keys and queries), each with the kernel PrefillKernel::kAuto
-//                picks (the label names it: wgmma for local and rope_off, mma_sync for raw);
-//                local_mma and rope_off_mma force the mma.sync kernel; LAZYATTN_BENCH_PREFILL_WS=1
-//                runs the warp-specialised wgmma kernel (label wgmma_ws) where kAuto takes wgmma
+//                picks (the label names it: wgmma_ws for local and rope_off, mma_sync for raw);
+//                local_mma and rope_off_mma force the mma.sync kernel, local_wgmma and
+//                rope_off_wgmma the wgmma kernel's two-warpgroup form
 //   splits       automatic key-range splits (a workspace is passed); LAZYATTN_BENCH_PREFILL_SPLITS=N
 //                forces N
 #include <benchmark/benchmark.h>
@@ -39,8 +39,9 @@ struct Shape {
   int tail_len;      // the request's own tokens, all of them queries
 };
 
-// *Mma: the mma.sync kernel forced (kAuto takes the wgmma kernel for these shapes' local form).
-enum class Mode { kLocal, kRaw, kRopeOff, kLocalMma, kRopeOffMma };
+// *Mma: the mma.sync kernel forced (kAuto takes the wgmma kernel for these shapes' local form);
+// *Wgmma: the two-warpgroup form of the wgmma kernel forced (kAuto takes the warp-specialised one).
+enum class Mode { kLocal, kRaw, kRopeOff, kLocalMma, kRopeOffMma, kLocalWgmma, kRopeOffWgmma };
 
 const char* name(Mode m) {
   switch (m) {
@@ -49,6 +50,8 @@ const char* name(Mode m) {
     case Mode::kRopeOff: return "rope_off";
     case Mode::kLocalMma: return "local_mma";
     case Mode::kRopeOffMma: return "rope_off_mma";
+    case Mode::kLocalWgmma: return "local_wgmma";
+    case Mode::kRopeOffWgmma: return "rope_off_wgmma";
   }
   return "?";
 }
@@ -136,14 +139,11 @@ void bench_prefill(benchmark::State& state, Shape sh, Mode mode) {
   a.params.num_qo_heads = kQoHeads;
   a.params.num_kv_heads = kKvHeads;
   a.params.head_dim = kHeadDim;
-  a.rope = mode != Mode::kRopeOff && mode != Mode::kRopeOffMma;
-  a.kernel = mode == Mode::kLocalMma || mode == Mode::kRopeOffMma ? cuda::PrefillKernel::kMmaSync
-                                                                   : cuda::PrefillKernel::kAuto;
+  a.rope = mode != Mode::kRopeOff && mode != Mode::kRopeOffMma && mode != Mode::kRopeOffWgmma;
+  a.kernel = mode == Mode::kLocalMma || mode == Mode::kRopeOffMma       ? cuda::PrefillKernel::kMmaSync
+             : mode == Mode::kLocalWgmma || mode == Mode::kRopeOffWgmma ? cuda::PrefillKernel::kWgmma
+                                                                          : cuda::PrefillKernel::kAuto;
   const cuda::DevicePlan& plan = mode == Mode::kRaw ? s.plan_raw : s.plan_local;
-  // LAZYATTN_BENCH_PREFILL_WS=1: the warp-specialised wgmma kernel where kAuto takes wgmma.
-  if (const char* e = std::getenv("LAZYATTN_BENCH_PREFILL_WS"); e && std::atoi(e) == 1 &&
-      cuda::resolve_prefill_kernel(a, plan, *s.rope) == cuda::PrefillKernel::kWgmma)
-    a.kernel = cuda::PrefillKernel::kWgmmaWs;
   state.SetLabel(cuda::to_string(cuda::resolve_prefill_kernel(a, plan, *s.rope)));
   if (const char* e = std::getenv("LAZYATTN_BENCH_PREFILL_SPLITS")) a.kv_splits = std::atoi(e);
   for (int i = 0; i < 3; ++i) cuda::prefill(a, *s.pool, plan, *s.rope, &s.ws);
@@ -162,8 +162,9 @@ int main(int argc, char** argv) {
   std::vector<Shape> shapes{{"rag_tail", 16, 512, 512}, {"encode_4096", 0, 0, 4096},
                             {"encode_16384", 0, 0, 16384}};
   for (const Shape& sh : shapes) {
-    const std::vector<Mode> modes{Mode::kLocal, Mode::kRaw, Mode::kRopeOff, Mode::kLocalMma,
-                                  Mode::kRopeOffMma};
+    const std::vector<Mode> modes{Mode::kLocal,       Mode::kRaw,          Mode::kRopeOff,
+                                  Mode::kLocalMma,    Mode::kRopeOffMma,   Mode::kLocalWgmma,
+                                  Mode::kRopeOffWgmma};
     for (Mode m : modes) {
       std::string n = "prefill/" + sh.name + "/" + name(m);
       benchmark::RegisterBenchmark(n.c_str(), bench_prefill, sh, m)

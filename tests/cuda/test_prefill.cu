@@ -288,8 +288,8 @@ TEST_CASE("document encoding on the device matches the reference's", "[cuda][pre
       cuda::DevicePlan dp;
       dp.upload(plan, cuda::make_prefill_schedule(plan, Hk, Hq / Hk));
       cuda::DeviceBuffer<float> dlse(ref_lse.size());
-      // kAuto (the wgmma kernel for local form, the mma.sync one for raw), then the mma.sync
-      // kernel forced.
+      // kAuto (the warp-specialised wgmma kernel for local form, the mma.sync one for raw), then
+      // the mma.sync kernel forced.
       for (cuda::PrefillKernel kernel : {cuda::PrefillKernel::kAuto, cuda::PrefillKernel::kMmaSync}) {
         cuda::PrefillArgs a;
         a.q = dq.data();
@@ -300,7 +300,7 @@ TEST_CASE("document encoding on the device matches the reference's", "[cuda][pre
         const cuda::PrefillKernel used = cuda::resolve_prefill_kernel(a, dp, drope);
         INFO("kernel " << cuda::to_string(kernel) << " -> " << cuda::to_string(used));
         CHECK(used == (kernel == cuda::PrefillKernel::kAuto && form == StorageForm::kLocal
-                           ? cuda::PrefillKernel::kWgmma
+                           ? cuda::PrefillKernel::kWgmmaWs
                            : cuda::PrefillKernel::kMmaSync));
         LAZYATTN_CUDA_CHECK(cudaMemset(dout.data(), 0xff, dout.bytes()));
         LAZYATTN_CUDA_CHECK(cudaMemset(dlse.data(), 0xff, dlse.bytes()));
@@ -323,7 +323,7 @@ TEST_CASE("document encoding on the device matches the reference's", "[cuda][pre
   }
 }
 
-TEST_CASE("prefill's kernel choice: kAuto takes wgmma where it applies, kWgmma names the misfit",
+TEST_CASE("prefill's kernel choice: kAuto takes wgmma_ws where it applies, kWgmma names the misfit",
           "[cuda][prefill][errors]") {
   const int Hq = 8, Hk = 2, P = 16;
   // A store of head dim D with one document in `form`, its plan uploaded for prefill, and the
@@ -362,11 +362,12 @@ TEST_CASE("prefill's kernel choice: kAuto takes wgmma where it applies, kWgmma n
   RopeConfig d64;
   d64.head_dim = 64;
   using K = cuda::PrefillKernel;
-  CHECK(choose(128, StorageForm::kLocal, full, K::kAuto, true) == K::kWgmma);
+  CHECK(choose(128, StorageForm::kLocal, full, K::kAuto, true) == K::kWgmmaWs);
+  CHECK(choose(128, StorageForm::kLocal, full, K::kWgmma, true) == K::kWgmma);
   CHECK(choose(128, StorageForm::kLocal, full, K::kMmaSync, true) == K::kMmaSync);
   CHECK(choose(128, StorageForm::kRaw, full, K::kAuto, true) == K::kMmaSync);
   CHECK(choose(128, StorageForm::kLocal, partial, K::kAuto, true) == K::kMmaSync);
-  CHECK(choose(128, StorageForm::kLocal, partial, K::kAuto, false) == K::kWgmma);  // RoPE off
+  CHECK(choose(128, StorageForm::kLocal, partial, K::kAuto, false) == K::kWgmmaWs);  // RoPE off
   CHECK(choose(64, StorageForm::kLocal, d64, K::kAuto, true) == K::kMmaSync);
   CHECK_THROWS_WITH(choose(128, StorageForm::kRaw, full, K::kWgmma, true),
                     Catch::Contains("raw-form segments"));

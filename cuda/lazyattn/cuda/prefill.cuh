@@ -495,8 +495,8 @@ __global__ void __launch_bounds__(PrefillShape<D>::kThreads, PrefillShape<D>::kM
   }
 }
 
-// The same prefill on Hopper's warpgroup MMA (PrefillKernel::kWgmma; what kAuto picks where it
-// applies): head dim 128, 16-bit, local form with full rotate-half rotary dims (everything else
+// The same prefill on Hopper's warpgroup MMA (PrefillKernel::kWgmma; kAuto picks its
+// warp-specialised form, kWgmmaWs, described after this list, where it applies): head dim 128, 16-bit, local form with full rotate-half rotary dims (everything else
 // runs on the mma.sync kernel above). Two warpgroups own 64 query rows each of the CTA's 128.
 //  - K/V: a ring of kWgmmaStages tiles loaded by cp.async (all threads) in the blocked
 //    128-byte-swizzle layout wgmma's descriptors read; K issued two tiles ahead, V one; one CTA
@@ -521,12 +521,14 @@ inline constexpr int kWgmmaWsThreads = kWgmmaPrefillThreads + 128;
 // Variants of the warp-specialised kernel, for A/B on the H200 (1 = on):
 // LAZYATTN_PREFILL_WS_TURNS  the computing warpgroups take turns issuing (default 1);
 // LAZYATTN_PREFILL_WS_QREG   the query's A fragments stay in registers between tiles instead of
-//                            thread-private shared memory (default 0).
+//                            thread-private shared memory (default 1).
+// On the H200 (bench/results/2026-11-30-h200-prefill-ws/): without turns 1-2% slower, with the
+// fragments in shared memory 1-5% slower.
 #ifndef LAZYATTN_PREFILL_WS_TURNS
 #define LAZYATTN_PREFILL_WS_TURNS 1
 #endif
 #ifndef LAZYATTN_PREFILL_WS_QREG
-#define LAZYATTN_PREFILL_WS_QREG 0
+#define LAZYATTN_PREFILL_WS_QREG 1
 #endif
 struct WgmmaPrefillShape {
   static constexpr int D = 128;
@@ -699,7 +701,8 @@ __global__ void __launch_bounds__(kWs ? kWgmmaWsThreads : kWgmmaPrefillThreads, 
     if (tid >= kThreads) {
       ptx::setmaxnreg_dec<24>();
       // Stages 2 and 3 hold the prologue's tables and raw query until the computing warps have
-      // read them (barrier 7: they arrive, this warpgroup waits).
+      // read them (barrier 7, bar.sync on both sides: its completion orders their reads before
+      // these writes).
       const int ltid = tid - kThreads;
       const int lwarp = ltid >> 5;
       const T* k_head = static_cast<const T*>(p.k_pool) + kv_head * p.head_stride;
@@ -1029,7 +1032,7 @@ __global__ void __launch_bounds__(kWs ? kWgmmaWsThreads : kWgmmaPrefillThreads, 
       ti_n2 = stream.v_info;        // tile_begin + 2
     }
     prepare_query();  // reads the raw query (stage 3) and the cos/sin tables (stage 2's V slot)
-    if constexpr (kWs) ptx::named_barrier_arrive<7, kWgmmaWsThreads>();  // the loader may refill
+    if constexpr (kWs) ptx::named_barrier_sync<7, kWgmmaWsThreads>();  // the loader may refill
     if (kRope) build_query();
     if constexpr (kWs) {
       if constexpr (kLate) pass_turn(late);  // warpgroup 0 goes first
@@ -1091,7 +1094,7 @@ __global__ void __launch_bounds__(kWs ? kWgmmaWsThreads : kWgmmaPrefillThreads, 
     if (wg == 0) run(std::false_type{});
     else run(std::true_type{});
   } else if constexpr (kWs) {
-    ptx::named_barrier_arrive<7, kWgmmaWsThreads>();  // no prologue: the loader has nothing to do
+    ptx::named_barrier_sync<7, kWgmmaWsThreads>();  // no prologue: the loader has nothing to do
   }
   ptx::cp_async_wait<0>();
 
@@ -1168,8 +1171,9 @@ struct PrefillWorkspace {
 
 // The prefill kernels: the FlashAttention-2-style mma.sync kernel (every head dim, form and
 // rotary layout) and the Hopper wgmma kernel (head dim 128, local form, rotate-half), in two
-// forms: kWgmma (two warpgroups that load and compute) and kWgmmaWs (EXPERIMENTAL: plus a
-// loading warpgroup, FlashAttention-3's warp specialisation; same inputs as kWgmma).
+// forms: kWgmmaWs (a loading warpgroup and two computing ones, FlashAttention-3's warp
+// specialisation; what kAuto takes) and kWgmma (two warpgroups that load and compute, the
+// earlier form, kept for comparison; same inputs).
 enum class PrefillKernel : std::uint8_t { kAuto, kMmaSync, kWgmma, kWgmmaWs };
 
 inline const char* to_string(PrefillKernel k) {
@@ -1193,10 +1197,10 @@ struct PrefillArgs {
   // Key-range splits per query tile: 0 picks (enough CTAs to fill the GPU when the query tiles
   // alone do not), 1 none, N forces N. Splits need a workspace.
   int kv_splits = 0;
-  // Which kernel: kAuto takes the Hopper (wgmma) kernel where it applies (head dim 128,
-  // local-form segments only, rotate-half over all head dims or RoPE off) and the mma.sync
-  // kernel otherwise; kWgmma insists (and throws, naming what does not fit), kMmaSync forces the
-  // FlashAttention-2-style kernel; kWgmmaWs insists on the warp-specialised wgmma kernel.
+  // Which kernel: kAuto takes the Hopper kernel in its warp-specialised form (kWgmmaWs) where it
+  // applies (head dim 128, local-form segments only, rotate-half over all head dims or RoPE off)
+  // and the mma.sync kernel otherwise; kWgmmaWs and kWgmma insist (and throw, naming what does
+  // not fit), kMmaSync forces the FlashAttention-2-style kernel.
   PrefillKernel kernel = PrefillKernel::kAuto;
 };
 
@@ -1211,8 +1215,8 @@ inline const char* wgmma_prefill_mismatch(const PrefillArgs& args, const DeviceP
   return nullptr;
 }
 
-// The kernel prefill() launches for these arguments (kAuto resolved; throws where kWgmma is
-// asked for and does not apply).
+// The kernel prefill() launches for these arguments (kAuto resolved; throws where kWgmma or
+// kWgmmaWs is asked for and does not apply).
 inline PrefillKernel resolve_prefill_kernel(const PrefillArgs& args, const DevicePlan& plan,
                                             const DeviceRope& rope) {
   const char* mismatch = wgmma_prefill_mismatch(args, plan, rope);
@@ -1227,7 +1231,7 @@ inline PrefillKernel resolve_prefill_kernel(const PrefillArgs& args, const Devic
                      rope.view().interleaved ? " interleaved" : "", ")");
       return args.kernel;
     case PrefillKernel::kAuto:
-      return mismatch ? PrefillKernel::kMmaSync : PrefillKernel::kWgmma;
+      return mismatch ? PrefillKernel::kMmaSync : PrefillKernel::kWgmmaWs;
   }
   ::lazyattn::detail::throw_error("cuda::prefill: kernel ", static_cast<int>(args.kernel),
                       ", expected auto (0), mma_sync (1), wgmma (2) or wgmma_ws (3)");
