@@ -105,23 +105,46 @@ void check_prefill(const test::ref::Scenario& sc) {
 
 }  // namespace
 
+namespace {
+
+// A RAG-tail scenario the wgmma kernels take: two requests over shuffled documents (300, 129, 64
+// and 1 tokens: partial tiles, a one-token segment), nq and 33 queries.
+ScenarioSpec wgmma_rag_spec(std::int64_t nq) {
+  ScenarioSpec spec;
+  spec.num_qo_heads = 32;
+  spec.num_kv_heads = 8;
+  spec.head_dim = 128;
+  spec.dtype = nq % 2 ? DType::kBFloat16 : DType::kFloat16;
+  spec.schedule = RopeType::kLlama3;
+  spec.doc_form = spec.tail_form = StorageForm::kLocal;
+  spec.layout = LayoutKind::kShuffled;
+  spec.doc_lengths = {300, 129, 64, 1};
+  spec.docs_per_request = 4;
+  spec.prefixes = false;
+  spec.num_requests = 2;
+  spec.num_queries = {nq, 33};
+  spec.max_tail_extra = 40;
+  spec.seed = 300 + static_cast<std::uint64_t>(nq);
+  return spec;
+}
+
+}  // namespace
+
+// Small enough for compute-sanitizer (scripts/gpu-check runs memcheck and racecheck on it): the
+// warp-specialised kernel's loader / computing-warpgroup hand-overs, one and several query tiles.
+TEST_CASE("the wgmma prefill kernels on short RAG tails", "[cuda][prefill][hopper]") {
+  for (std::int64_t nq : {17, 130}) {
+    ScenarioSpec spec = wgmma_rag_spec(nq);
+    REQUIRE(wgmma_applies(spec));
+    test::ref::Scenario sc = test::ref::make_scenario(spec);
+    INFO(spec << "\n" << sc.layout_text);
+    check_prefill(sc);
+  }
+}
+
 TEST_CASE("the wgmma prefill kernel on RAG tails and long query runs", "[cuda][prefill][hopper]") {
   for (std::int64_t nq : {1, 17, 128, 129, 512, 2049}) {
-    ScenarioSpec spec;
-    spec.num_qo_heads = 32;
-    spec.num_kv_heads = 8;
-    spec.head_dim = 128;
-    spec.dtype = nq % 2 ? DType::kBFloat16 : DType::kFloat16;
-    spec.schedule = RopeType::kLlama3;
-    spec.doc_form = spec.tail_form = StorageForm::kLocal;
-    spec.layout = LayoutKind::kShuffled;
-    spec.doc_lengths = {300, 129, 64, 1};
-    spec.docs_per_request = 4;
-    spec.prefixes = false;
-    spec.num_requests = 2;
-    spec.num_queries = {nq, 33};
-    spec.max_tail_extra = 40;
-    spec.seed = 300 + static_cast<std::uint64_t>(nq);
+    ScenarioSpec spec = wgmma_rag_spec(nq);
     REQUIRE(wgmma_applies(spec));
     test::ref::Scenario sc = test::ref::make_scenario(spec);
     INFO(spec << "\n" << sc.layout_text);
