@@ -530,6 +530,13 @@ inline constexpr int kWgmmaWsThreads = kWgmmaPrefillThreads + 128;
 #ifndef LAZYATTN_PREFILL_WS_QREG
 #define LAZYATTN_PREFILL_WS_QREG 1
 #endif
+// LAZYATTN_PREFILL_WS_LANDED  1: the loading warpgroup waits for a stage's copies to land
+//                            (cp.async.wait_group, one stage behind its issues), fences them for
+//                            the async proxy and arrives on full; 0: cp.async.mbarrier.arrive
+//                            signals the landing and every computing thread fences after its wait.
+#ifndef LAZYATTN_PREFILL_WS_LANDED
+#define LAZYATTN_PREFILL_WS_LANDED 1
+#endif
 struct WgmmaPrefillShape {
   static constexpr int D = 128;
   static constexpr int kTileBytes = kTileKeys * D * 2;      // 16 KiB
@@ -744,10 +751,23 @@ __global__ void __launch_bounds__(kWs ? kWgmmaWsThreads : kWgmmaPrefillThreads, 
           ptx::cp_async_16(ptx::smem_addr(ks + at), k_head + off, valid);
           ptx::cp_async_16(ptx::smem_addr(vs + at), v_head + off, valid);
         }
-        ptx::cp_async_mbarrier_arrive_noinc(full_bar(stage));
+        if constexpr (LAZYATTN_PREFILL_WS_LANDED) {
+          ptx::cp_async_commit();
+          if (it > 0) {  // the previous stage landed: fenced for the wgmmas, then announced
+            ptx::cp_async_wait<1>();
+            ptx::fence_proxy_async_smem();
+            ptx::mbarrier_arrive(full_bar((it - 1) % S));
+          }
+        } else {
+          ptx::cp_async_mbarrier_arrive_noinc(full_bar(stage));
+        }
       }
       if (!prologue_read) ptx::named_barrier_sync<7, kWgmmaWsThreads>();
       ptx::cp_async_wait<0>();
+      if (LAZYATTN_PREFILL_WS_LANDED && tile_end > tile_begin) {
+        ptx::fence_proxy_async_smem();
+        ptx::mbarrier_arrive(full_bar((tile_end - tile_begin - 1) % S));
+      }
       return;
     }
     ptx::setmaxnreg_inc<240>();
@@ -793,10 +813,19 @@ __global__ void __launch_bounds__(kWs ? kWgmmaWsThreads : kWgmmaPrefillThreads, 
   };
   // Records of the tile the next iteration computes and the two after it (rolling: each read
   // two tiles before it is needed, the last from the stream).
-  TileInfo ti_cur = stream.info(tile_begin);
-  TileInfo ti_next = stream.info(tile_begin + 1);
-  TileInfo ti_n2;
-  std::int64_t q_seg_start = ti_cur.seg_start;  // the segment the query in q_frag is built for
+  // What the softmax needs of a tile, rolled two tiles ahead: its keys and whether it is the
+  // tail's. The whole record only where a run of one segment's tiles starts (kRope).
+  struct TileKeys {
+    int key0, rows, is_tail;
+  };
+  auto keys_of = [](const TileInfo& t) { return TileKeys{t.key0, t.rows, t.is_tail}; };
+  auto load_keys = [&](int t) {  // past the end: no keys (as TileStream::info_nb)
+    const TileInfo* r = p.sched.tiles + min(t, tile_end - 1);
+    return TileKeys{r->key0, t < tile_end ? r->rows : 0, r->is_tail};
+  };
+  TileInfo ti_run = stream.info(tile_begin + 1);  // the record of the next run's first tile
+  TileKeys k_cur = keys_of(stream.info(tile_begin)), k_next = keys_of(ti_run), k_n2;
+  std::int64_t q_seg_start = stream.info(tile_begin).seg_start;  // the query's segment
   if (kRope) {
     for (int i = tid; i < 16 * kHalf; i += kThreads) cs_off[i] = offset_cs[i];
     for (int j = tid; j < kHalf; j += kThreads) s_turns[j] = turns[j];
@@ -926,7 +955,7 @@ __global__ void __launch_bounds__(kWs ? kWgmmaWsThreads : kWgmmaPrefillThreads, 
   // and turns S into P = 2^(S - max) with the row sums; returns the factors that rescale O.
   // No branches between the wait for S and the exponentials: at a branch ptxas waits for every
   // wgmma in flight (P V too), and the softmax no longer runs under it (seen in the SASS).
-  auto softmax = [&](const TileInfo& ti, float (&scale)[2]) {
+  auto softmax = [&](const TileKeys& ti, float (&scale)[2]) {
     int bound[2];  // keys [0, bound) of the tile are visible to the row
 #pragma unroll
     for (int h = 0; h < 2; ++h)
@@ -1003,7 +1032,7 @@ __global__ void __launch_bounds__(kWs ? kWgmmaWsThreads : kWgmmaPrefillThreads, 
   // by this thread's wgmmas through the async proxy).
   auto wait_full = [&](int it) {
     ptx::mbarrier_wait(full_bar(it % S), static_cast<std::uint32_t>((it / S) & 1));
-    ptx::fence_proxy_async_smem();
+    if constexpr (!LAZYATTN_PREFILL_WS_LANDED) ptx::fence_proxy_async_smem();
   };
   // Warp-specialised turns: warpgroup w issues after bar.sync 5 + w and hands over with
   // bar.arrive 6 - w (warpgroup 1 hands warpgroup 0 the first turn; warpgroup 0 takes one extra
@@ -1026,10 +1055,10 @@ __global__ void __launch_bounds__(kWs ? kWgmmaWsThreads : kWgmmaPrefillThreads, 
       ptx::cp_async_wait<0>();
       ptx::named_barrier_sync<4, kThreads>();  // everyone's raw query landed
       wait_full(0);
-      ti_n2 = stream.info_nb(tile_begin + 2);
+      k_n2 = load_keys(tile_begin + 2);
     } else {
       barrier_step(tile_begin, 0);  // the raw query and K(tile_begin) landed
-      ti_n2 = stream.v_info;        // tile_begin + 2
+      k_n2 = keys_of(stream.v_info);  // tile_begin + 2
     }
     prepare_query();  // reads the raw query (stage 3) and the cos/sin tables (stage 2's V slot)
     if constexpr (kWs) ptx::named_barrier_sync<7, kWgmmaWsThreads>();  // the loader may refill
@@ -1044,7 +1073,7 @@ __global__ void __launch_bounds__(kWs ? kWgmmaWsThreads : kWgmmaPrefillThreads, 
     ptx::wgmma_wait<0>();
     fence_operands(s);
     float scale[2];
-    softmax(ti_cur, scale);
+    softmax(k_cur, scale);
     rescale_and_pack(scale);
 
     // Runs of tiles of one segment; between two runs (no wgmma in flight), the next segment's
@@ -1053,18 +1082,19 @@ __global__ void __launch_bounds__(kWs ? kWgmmaWsThreads : kWgmmaPrefillThreads, 
     int tile = tile_begin + 1, it = 1;
     while (tile < tile_end) {
       int run_end = tile_end;
-      if (kRope) {  // ti_next is tile's record
-        const int seg_length = p.plan.segment_length[ti_next.segment];  // lands during the rebuild
-        if (ti_next.seg_start != q_seg_start) rebuild_query(ti_next.seg_start);
-        run_end = min(tile_end, tile + (seg_length - ti_next.key0 + kTileKeys - 1) / kTileKeys);
+      if (kRope) {  // ti_run is tile's record
+        const int seg_length = p.plan.segment_length[ti_run.segment];  // lands during the rebuild
+        if (ti_run.seg_start != q_seg_start) rebuild_query(ti_run.seg_start);
+        run_end = min(tile_end, tile + (seg_length - ti_run.key0 + kTileKeys - 1) / kTileKeys);
+        ti_run = stream.info_nb(run_end);  // lands under this run
       }
       for (; tile < run_end; ++tile, ++it) {
         if constexpr (kWs) wait_full(it);
         else if constexpr (!kLate) barrier_step(tile, it);
-        ti_cur = ti_next;
-        ti_next = ti_n2;
-        if constexpr (kWs) ti_n2 = stream.info_nb(tile + 2);
-        else ti_n2 = stream.v_info;  // tile + 2, fetched two tiles ago
+        k_cur = k_next;
+        k_next = k_n2;
+        if constexpr (kWs) k_n2 = load_keys(tile + 2);
+        else k_n2 = keys_of(stream.v_info);  // tile + 2, fetched two tiles ago
         // S(tile) and P(tile - 1) V(tile - 1) back to back; the softmax of S runs under P V.
         if constexpr (kWs) take_turn(late);
         issue_qk(s, it % S);
@@ -1073,7 +1103,7 @@ __global__ void __launch_bounds__(kWs ? kWgmmaWsThreads : kWgmmaPrefillThreads, 
         if constexpr (kLate && !kWs) barrier_step(tile + 1, it + 1);
         ptx::wgmma_wait<1>();
         fence_operands(s);
-        softmax(ti_cur, scale);
+        softmax(k_cur, scale);
         ptx::wgmma_wait<0>();
         fence_operands(o);
         // Stage it - 1 (K read by S(tile - 1), V by P V just now) is free for this warp.
