@@ -29,6 +29,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #include "lazyattn/attention/params.hpp"
 #include "lazyattn/cuda/common.cuh"
@@ -530,13 +531,6 @@ inline constexpr int kWgmmaWsThreads = kWgmmaPrefillThreads + 128;
 #ifndef LAZYATTN_PREFILL_WS_QREG
 #define LAZYATTN_PREFILL_WS_QREG 1
 #endif
-// LAZYATTN_PREFILL_WS_LANDED  1: the loading warpgroup waits for a stage's copies to land
-//                            (cp.async.wait_group, one stage behind its issues), fences them for
-//                            the async proxy and arrives on full; 0: cp.async.mbarrier.arrive
-//                            signals the landing and every computing thread fences after its wait.
-#ifndef LAZYATTN_PREFILL_WS_LANDED
-#define LAZYATTN_PREFILL_WS_LANDED 1
-#endif
 struct WgmmaPrefillShape {
   static constexpr int D = 128;
   static constexpr int kTileBytes = kTileKeys * D * 2;      // 16 KiB
@@ -708,8 +702,8 @@ __global__ void __launch_bounds__(kWs ? kWgmmaWsThreads : kWgmmaPrefillThreads, 
     if (tid >= kThreads) {
       ptx::setmaxnreg_dec<24>();
       // Stages 2 and 3 hold the prologue's tables and raw query until the computing warps have
-      // read them (barrier 7, bar.sync on both sides: its completion orders their reads before
-      // these writes).
+      // read them: a CTA barrier (barrier 0, every thread once: here before stage 2, there after
+      // the prologue) orders their reads before these writes.
       const int ltid = tid - kThreads;
       const int lwarp = ltid >> 5;
       const T* k_head = static_cast<const T*>(p.k_pool) + kv_head * p.head_stride;
@@ -726,7 +720,7 @@ __global__ void __launch_bounds__(kWs ? kWgmmaWsThreads : kWgmmaPrefillThreads, 
       for (int tile = tile_begin, it = 0; tile < tile_end; ++tile, ++it) {
         const int stage = it % S;
         if (it == 2) {
-          ptx::named_barrier_sync<7, kWgmmaWsThreads>();
+          __syncthreads();
           prologue_read = true;
         }
         if (it >= S) ptx::mbarrier_wait(empty_bar(stage), static_cast<std::uint32_t>((it / S - 1) & 1));
@@ -751,23 +745,10 @@ __global__ void __launch_bounds__(kWs ? kWgmmaWsThreads : kWgmmaPrefillThreads, 
           ptx::cp_async_16(ptx::smem_addr(ks + at), k_head + off, valid);
           ptx::cp_async_16(ptx::smem_addr(vs + at), v_head + off, valid);
         }
-        if constexpr (LAZYATTN_PREFILL_WS_LANDED) {
-          ptx::cp_async_commit();
-          if (it > 0) {  // the previous stage landed: fenced for the wgmmas, then announced
-            ptx::cp_async_wait<1>();
-            ptx::fence_proxy_async_smem();
-            ptx::mbarrier_arrive(full_bar((it - 1) % S));
-          }
-        } else {
-          ptx::cp_async_mbarrier_arrive_noinc(full_bar(stage));
-        }
+        ptx::cp_async_mbarrier_arrive_noinc(full_bar(stage));
       }
-      if (!prologue_read) ptx::named_barrier_sync<7, kWgmmaWsThreads>();
+      if (!prologue_read) __syncthreads();
       ptx::cp_async_wait<0>();
-      if (LAZYATTN_PREFILL_WS_LANDED && tile_end > tile_begin) {
-        ptx::fence_proxy_async_smem();
-        ptx::mbarrier_arrive(full_bar((tile_end - tile_begin - 1) % S));
-      }
       return;
     }
     ptx::setmaxnreg_inc<240>();
@@ -813,19 +794,32 @@ __global__ void __launch_bounds__(kWs ? kWgmmaWsThreads : kWgmmaPrefillThreads, 
   };
   // Records of the tile the next iteration computes and the two after it (rolling: each read
   // two tiles before it is needed, the last from the stream).
-  // What the softmax needs of a tile, rolled two tiles ahead: its keys and whether it is the
-  // tail's. The whole record only where a run of one segment's tiles starts (kRope).
+  // Tile records rolled two tiles ahead (cur, next, n2). Warp-specialised: only what the softmax
+  // needs of a tile (its keys, whether it is the tail's), the whole record only for the next
+  // run's first tile, ti_run (rolling whole records cost its RoPE build 3% more instructions
+  // per tile than RoPE off). Two-warpgroup form: whole records, next being the run's first
+  // (the keys-only form ran it 9% slower on the H200: ptxas scheduled its loop differently).
   struct TileKeys {
     int key0, rows, is_tail;
   };
-  auto keys_of = [](const TileInfo& t) { return TileKeys{t.key0, t.rows, t.is_tail}; };
+  using Rolled = std::conditional_t<kWs, TileKeys, TileInfo>;
+  auto roll = [](const TileInfo& t) {
+    if constexpr (kWs) return TileKeys{t.key0, t.rows, t.is_tail};
+    else return t;
+  };
   auto load_keys = [&](int t) {  // past the end: no keys (as TileStream::info_nb)
     const TileInfo* r = p.sched.tiles + min(t, tile_end - 1);
     return TileKeys{r->key0, t < tile_end ? r->rows : 0, r->is_tail};
   };
-  TileInfo ti_run = stream.info(tile_begin + 1);  // the record of the next run's first tile
-  TileKeys k_cur = keys_of(stream.info(tile_begin)), k_next = keys_of(ti_run), k_n2;
-  std::int64_t q_seg_start = stream.info(tile_begin).seg_start;  // the query's segment
+  const TileInfo first = stream.info(tile_begin);
+  TileInfo ti_run = stream.info(tile_begin + 1);
+  Rolled r_cur = roll(first), r_next = roll(ti_run), r_n2;
+  // The record of the tile that starts the next run.
+  auto run_record = [&]() -> const TileInfo& {
+    if constexpr (kWs) return ti_run;
+    else return r_next;
+  };
+  std::int64_t q_seg_start = first.seg_start;  // the segment the query is built for
   if (kRope) {
     for (int i = tid; i < 16 * kHalf; i += kThreads) cs_off[i] = offset_cs[i];
     for (int j = tid; j < kHalf; j += kThreads) s_turns[j] = turns[j];
@@ -955,7 +949,7 @@ __global__ void __launch_bounds__(kWs ? kWgmmaWsThreads : kWgmmaPrefillThreads, 
   // and turns S into P = 2^(S - max) with the row sums; returns the factors that rescale O.
   // No branches between the wait for S and the exponentials: at a branch ptxas waits for every
   // wgmma in flight (P V too), and the softmax no longer runs under it (seen in the SASS).
-  auto softmax = [&](const TileKeys& ti, float (&scale)[2]) {
+  auto softmax = [&](const Rolled& ti, float (&scale)[2]) {
     int bound[2];  // keys [0, bound) of the tile are visible to the row
 #pragma unroll
     for (int h = 0; h < 2; ++h)
@@ -1032,7 +1026,7 @@ __global__ void __launch_bounds__(kWs ? kWgmmaWsThreads : kWgmmaPrefillThreads, 
   // by this thread's wgmmas through the async proxy).
   auto wait_full = [&](int it) {
     ptx::mbarrier_wait(full_bar(it % S), static_cast<std::uint32_t>((it / S) & 1));
-    if constexpr (!LAZYATTN_PREFILL_WS_LANDED) ptx::fence_proxy_async_smem();
+    ptx::fence_proxy_async_smem();
   };
   // Warp-specialised turns: warpgroup w issues after bar.sync 5 + w and hands over with
   // bar.arrive 6 - w (warpgroup 1 hands warpgroup 0 the first turn; warpgroup 0 takes one extra
@@ -1055,13 +1049,13 @@ __global__ void __launch_bounds__(kWs ? kWgmmaWsThreads : kWgmmaPrefillThreads, 
       ptx::cp_async_wait<0>();
       ptx::named_barrier_sync<4, kThreads>();  // everyone's raw query landed
       wait_full(0);
-      k_n2 = load_keys(tile_begin + 2);
+      r_n2 = load_keys(tile_begin + 2);
     } else {
       barrier_step(tile_begin, 0);  // the raw query and K(tile_begin) landed
-      k_n2 = keys_of(stream.v_info);  // tile_begin + 2
+      r_n2 = stream.v_info;  // tile_begin + 2
     }
     prepare_query();  // reads the raw query (stage 3) and the cos/sin tables (stage 2's V slot)
-    if constexpr (kWs) ptx::named_barrier_sync<7, kWgmmaWsThreads>();  // the loader may refill
+    if constexpr (kWs) __syncthreads();  // with the loader: it may refill stages 2 and 3
     if (kRope) build_query();
     if constexpr (kWs) {
       if constexpr (kLate) pass_turn(late);  // warpgroup 0 goes first
@@ -1073,7 +1067,7 @@ __global__ void __launch_bounds__(kWs ? kWgmmaWsThreads : kWgmmaPrefillThreads, 
     ptx::wgmma_wait<0>();
     fence_operands(s);
     float scale[2];
-    softmax(k_cur, scale);
+    softmax(r_cur, scale);
     rescale_and_pack(scale);
 
     // Runs of tiles of one segment; between two runs (no wgmma in flight), the next segment's
@@ -1082,19 +1076,20 @@ __global__ void __launch_bounds__(kWs ? kWgmmaWsThreads : kWgmmaPrefillThreads, 
     int tile = tile_begin + 1, it = 1;
     while (tile < tile_end) {
       int run_end = tile_end;
-      if (kRope) {  // ti_run is tile's record
-        const int seg_length = p.plan.segment_length[ti_run.segment];  // lands during the rebuild
-        if (ti_run.seg_start != q_seg_start) rebuild_query(ti_run.seg_start);
-        run_end = min(tile_end, tile + (seg_length - ti_run.key0 + kTileKeys - 1) / kTileKeys);
-        ti_run = stream.info_nb(run_end);  // lands under this run
+      if (kRope) {
+        const TileInfo& rec = run_record();  // tile's
+        const int seg_length = p.plan.segment_length[rec.segment];  // lands during the rebuild
+        if (rec.seg_start != q_seg_start) rebuild_query(rec.seg_start);
+        run_end = min(tile_end, tile + (seg_length - rec.key0 + kTileKeys - 1) / kTileKeys);
+        if constexpr (kWs) ti_run = stream.info_nb(run_end);  // lands under this run
       }
       for (; tile < run_end; ++tile, ++it) {
         if constexpr (kWs) wait_full(it);
         else if constexpr (!kLate) barrier_step(tile, it);
-        k_cur = k_next;
-        k_next = k_n2;
-        if constexpr (kWs) k_n2 = load_keys(tile + 2);
-        else k_n2 = keys_of(stream.v_info);  // tile + 2, fetched two tiles ago
+        r_cur = r_next;
+        r_next = r_n2;
+        if constexpr (kWs) r_n2 = load_keys(tile + 2);
+        else r_n2 = stream.v_info;  // tile + 2, fetched two tiles ago
         // S(tile) and P(tile - 1) V(tile - 1) back to back; the softmax of S runs under P V.
         if constexpr (kWs) take_turn(late);
         issue_qk(s, it % S);
@@ -1103,7 +1098,7 @@ __global__ void __launch_bounds__(kWs ? kWgmmaWsThreads : kWgmmaPrefillThreads, 
         if constexpr (kLate && !kWs) barrier_step(tile + 1, it + 1);
         ptx::wgmma_wait<1>();
         fence_operands(s);
-        softmax(k_cur, scale);
+        softmax(r_cur, scale);
         ptx::wgmma_wait<0>();
         fence_operands(o);
         // Stage it - 1 (K read by S(tile - 1), V by P V just now) is free for this warp.
@@ -1124,7 +1119,7 @@ __global__ void __launch_bounds__(kWs ? kWgmmaWsThreads : kWgmmaPrefillThreads, 
     if (wg == 0) run(std::false_type{});
     else run(std::true_type{});
   } else if constexpr (kWs) {
-    ptx::named_barrier_sync<7, kWgmmaWsThreads>();  // no prologue: the loader has nothing to do
+    __syncthreads();  // no prologue: the loader has nothing to do
   }
   ptx::cp_async_wait<0>();
 
