@@ -523,8 +523,9 @@ inline constexpr int kWgmmaWsThreads = kWgmmaPrefillThreads + 128;
 // LAZYATTN_PREFILL_WS_TURNS  the computing warpgroups take turns issuing (default 1);
 // LAZYATTN_PREFILL_WS_QREG   the query's A fragments stay in registers between tiles instead of
 //                            thread-private shared memory (default 1).
-// On the H200 (bench/results/2026-11-30-h200-prefill-ws/): without turns 1-2% slower, with the
-// fragments in shared memory 1-5% slower.
+// On the H200 (bench/results/2026-11-30-h200-prefill-ws/): without turns the RAG tail 1-2%
+// slower (the encodings within 1% with RoPE on); with the fragments in shared memory 2-4% slower
+// with RoPE on.
 #ifndef LAZYATTN_PREFILL_WS_TURNS
 #define LAZYATTN_PREFILL_WS_TURNS 1
 #endif
