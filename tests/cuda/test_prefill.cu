@@ -108,9 +108,10 @@ void check_prefill(const test::ref::Scenario& sc) {
 namespace {
 
 // A RAG-tail scenario the wgmma kernels take: two requests over shuffled documents (300, 129, 64
-// and 1 tokens: partial tiles, a one-token segment), nq and 33 queries.
-ScenarioSpec wgmma_rag_spec(std::int64_t nq) {
+// and 1 tokens: partial tiles, a one-token segment), nq and 33 queries, pages of `page_size`.
+ScenarioSpec wgmma_rag_spec(std::int64_t nq, int page_size = 16) {
   ScenarioSpec spec;
+  spec.page_size = page_size;
   spec.num_qo_heads = 32;
   spec.num_kv_heads = 8;
   spec.head_dim = 128;
@@ -143,8 +144,10 @@ TEST_CASE("the wgmma prefill kernels on short RAG tails", "[cuda][prefill][hoppe
 }
 
 TEST_CASE("the wgmma prefill kernel on RAG tails and long query runs", "[cuda][prefill][hopper]") {
+  // Page sizes 16, 32 and 64 in turn (a 64-key tile spans four, two or one page).
+  int i = 0;
   for (std::int64_t nq : {1, 17, 128, 129, 512, 2049}) {
-    ScenarioSpec spec = wgmma_rag_spec(nq);
+    ScenarioSpec spec = wgmma_rag_spec(nq, 16 << (i++ % 3));
     REQUIRE(wgmma_applies(spec));
     test::ref::Scenario sc = test::ref::make_scenario(spec);
     INFO(spec << "\n" << sc.layout_text);

@@ -793,9 +793,8 @@ __global__ void __launch_bounds__(kWs ? kWgmmaWsThreads : kWgmmaPrefillThreads, 
   auto compute_seg = [&](std::int64_t seg_start) {
     if (wg_tid < kHalf) cs_seg[wg * kHalf + wg_tid] = rope_cos_sin(-seg_start, s_turns[wg_tid]);
   };
-  // Records of the tile the next iteration computes and the two after it (rolling: each read
-  // two tiles before it is needed, the last from the stream).
-  // Tile records rolled two tiles ahead (cur, next, n2). Warp-specialised: only what the softmax
+  // Tile records rolled two tiles ahead (cur, next, n2: each read two tiles before it is needed;
+  // two-warpgroup form: the last from the stream). Warp-specialised: only what the softmax
   // needs of a tile (its keys, whether it is the tail's), the whole record only for the next
   // run's first tile, ti_run (rolling whole records cost its RoPE build 3% more instructions
   // per tile than RoPE off). Two-warpgroup form: whole records, next being the run's first

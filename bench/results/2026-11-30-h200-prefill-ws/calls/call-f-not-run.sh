@@ -1,0 +1,33 @@
+#!/bin/bash
+# Prepared 2026-11-30, NOT RUN (device time spent): where the warp-specialised prefill's RoPE
+# overhead at encode 4096 goes (+10.1% in call e: about 5 us per CTA if charged per CTA, 8 us at
+# encode 16384). Nsight Compute on one launch of the local and the RoPE-off build (source
+# counters give the stall samples per SASS line: the prologue before the first wgmma against the
+# tile loop), plus racecheck's per-hazard report on the short wgmma case and its verdict on each
+# variant of the hand-over probe (tests/cuda/test_handover.cu). Build at the commit to
+# profile: LAZYATTN_CMAKE_ARGS=-DLAZYATTN_EXPERIMENTAL_TMA=OFF bash scripts/prebuild-gpu build/pb-f
+# carry [".deps", "build/pb-f", "build/call.sh"] (this file copied to build/call.sh).
+set -u
+cd "$(dirname "$0")/.."
+export LD_LIBRARY_PATH=$PWD/.deps/usr/lib/x86_64-linux-gnu:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
+export PATH=$PATH:/usr/local/cuda/bin
+R=$OUT/rf; mkdir -p $R
+for m in local rope_off; do
+  timeout 150 ncu --clock-control none -k regex:prefill_wgmma_kernel --launch-skip 3 --launch-count 1 \
+    --section SpeedOfLight --section WarpStateStats --section SchedulerStats --section SourceCounters \
+    --import-source yes -o $R/enc4096_$m build/pb-f/lazyattn_bench_prefill \
+    --benchmark_filter="prefill/encode_4096/$m/" > $R/ncu_$m.log 2>&1
+  ncu --import $R/enc4096_$m.ncu-rep --page details > $R/ncu_${m}_details.txt 2>&1
+  ncu --import $R/enc4096_$m.ncu-rep --page source --csv --print-source sass > $R/ncu_${m}_sass.csv 2>&1
+  gzip -f $R/ncu_${m}_sass.csv; rm -f $R/enc4096_$m.ncu-rep
+done
+timeout 120 compute-sanitizer --tool racecheck --racecheck-report hazard --print-limit 40 \
+  build/pb-f/lazyattn_cuda_tests "the wgmma prefill kernels on short RAG tails" > $R/racecheck.log 2>&1
+echo "racecheck rc $?"; head -c 60000 $R/racecheck.log > $R/racecheck_head.log; rm $R/racecheck.log
+# The hand-over in miniature, one variant at a time: which of them racecheck flags.
+build/pb-f/lazyattn_cuda_tests --list-test-names-only "[handover]" | grep "hand-over" |
+  while read -r name; do
+    timeout 60 compute-sanitizer --tool racecheck --error-exitcode 3 build/pb-f/lazyattn_cuda_tests \
+      "$name" > $R/handover.log 2>&1
+    echo "$name: rc $?, $(grep -h 'RACECHECK SUMMARY' $R/handover.log)"
+  done | tee $R/handover_racecheck.txt

@@ -1,0 +1,106 @@
+// [cuda][hopper] The warp-specialised prefill's hand-over in miniature (prefill.cuh, kWgmmaWs): a
+// loading warpgroup overwrites, with cp.async, shared memory that the computing warps read
+// before a CTA barrier, and announces its copies on an mbarrier; the computing warps then read
+// the new contents. Each side's reads are checked. compute-sanitizer racecheck on these cases
+// (scripts/gpu-check runs it) tells whether the tool orders the loader's writes after the barrier
+// in this pattern without the rest of the kernel: on the prefill it reports WAR hazards there
+// (bench/results/2026-11-30-h200-prefill-ws/README.md). Four variants: with and without
+// setmaxnreg, the copies announced by cp.async.mbarrier.arrive.noinc or retired by
+// cp.async.wait_group before a plain arrive.
+#include "support/catch.hpp"
+
+#include <cstdint>
+#include <vector>
+
+#include "lazyattn/cuda/common.cuh"
+#include "lazyattn/cuda/ptx.cuh"
+#include "lazyattn/cuda/tma.cuh"
+
+namespace {
+
+namespace ptx = lazyattn::cuda::ptx;
+
+constexpr int kCompute = 256, kLoad = 128, kElems = 256;  // 16-byte elements (4 KiB)
+
+// out[t] = the element thread t read before the barrier (another thread's), out[kCompute + t] the
+// one it read after the loader's copies landed.
+template <bool kSetMaxNReg, bool kNoInc>
+__global__ void __launch_bounds__(kCompute + kLoad, 1) handover_probe(const uint4* src, uint4* out) {
+  __shared__ __align__(16) uint4 buf[kElems];
+  __shared__ __align__(8) std::uint64_t full;
+  const int tid = threadIdx.x;
+  const std::uint32_t bar = ptx::smem_addr(&full);
+  if (tid == 0) {
+    ptx::mbarrier_init(bar, kLoad);
+    ptx::fence_barrier_init();
+  }
+  if (tid < kCompute) buf[tid] = make_uint4(tid, 1u, 2u, 3u);
+  __syncthreads();  // buf holds the computing warps' values
+  if (tid >= kCompute) {
+    if constexpr (kSetMaxNReg) ptx::setmaxnreg_dec<24>();
+    __syncthreads();  // the computing warps have read buf
+    const int l = tid - kCompute;
+    for (int i = l; i < kElems; i += kLoad) ptx::cp_async_16(ptx::smem_addr(&buf[i]), &src[i]);
+    if constexpr (kNoInc) {
+      ptx::cp_async_mbarrier_arrive_noinc(bar);
+    } else {
+      ptx::cp_async_commit();
+      ptx::cp_async_wait<0>();
+      ptx::mbarrier_arrive(bar);
+    }
+    ptx::cp_async_wait<0>();
+    return;
+  }
+  if constexpr (kSetMaxNReg) ptx::setmaxnreg_inc<240>();
+  const uint4 before = buf[(tid * 7 + 3) % kElems];
+  __syncthreads();  // the loader may overwrite buf
+  ptx::mbarrier_wait(bar, 0);
+  const uint4 after = buf[(tid * 5 + 1) % kElems];
+  out[tid] = before;
+  out[kCompute + tid] = after;
+}
+
+template <bool kSetMaxNReg, bool kNoInc>
+void check_handover() {
+  std::vector<uint4> src(kElems);
+  for (int i = 0; i < kElems; ++i)
+    src[i] = make_uint4(1000u + i, 2000u + i, 3000u + i, 4000u + i);
+  lazyattn::cuda::DeviceBuffer<uint4> dsrc(src.size()), dout(2 * kCompute);
+  LAZYATTN_CUDA_CHECK(cudaMemcpy(dsrc.data(), src.data(), dsrc.bytes(), cudaMemcpyHostToDevice));
+  LAZYATTN_CUDA_CHECK(cudaMemset(dout.data(), 0xff, dout.bytes()));
+  handover_probe<kSetMaxNReg, kNoInc><<<1, kCompute + kLoad>>>(dsrc.data(), dout.data());
+  LAZYATTN_CUDA_CHECK(cudaGetLastError());
+  LAZYATTN_CUDA_CHECK(cudaDeviceSynchronize());
+  std::vector<uint4> out(dout.size());
+  LAZYATTN_CUDA_CHECK(cudaMemcpy(out.data(), dout.data(), dout.bytes(), cudaMemcpyDeviceToHost));
+  int bad = 0;
+  for (int t = 0; t < kCompute; ++t) {
+    const unsigned e = static_cast<unsigned>((t * 7 + 3) % kElems);
+    const uint4 b = out[t], a = out[kCompute + t], want = src[(t * 5 + 1) % kElems];
+    if (b.x != e || b.y != 1u || b.z != 2u || b.w != 3u) ++bad;
+    if (a.x != want.x || a.y != want.y || a.z != want.z || a.w != want.w) ++bad;
+  }
+  INFO("setmaxnreg " << kSetMaxNReg << ", noinc " << kNoInc << ": " << bad << " reads wrong");
+  CHECK(bad == 0);
+}
+
+}  // namespace
+
+TEST_CASE("the loader hand-over: cp.async.mbarrier.arrive.noinc after setmaxnreg",
+          "[cuda][hopper][handover]") {
+  check_handover<true, true>();
+}
+
+TEST_CASE("the loader hand-over: cp.async.mbarrier.arrive.noinc", "[cuda][hopper][handover]") {
+  check_handover<false, true>();
+}
+
+TEST_CASE("the loader hand-over: cp.async.wait_group then mbarrier.arrive, after setmaxnreg",
+          "[cuda][hopper][handover]") {
+  check_handover<true, false>();
+}
+
+TEST_CASE("the loader hand-over: cp.async.wait_group then mbarrier.arrive",
+          "[cuda][hopper][handover]") {
+  check_handover<false, false>();
+}
