@@ -841,10 +841,11 @@ __global__ void __launch_bounds__(kWs ? kWgmmaWsThreads : kWgmmaPrefillThreads, 
   const float q_scale = kRope ? p.sm_scale_log2 * p.rope.query_scale : p.sm_scale_log2;
   constexpr bool kQReg = kWs && LAZYATTN_PREFILL_WS_QREG;  // qf holds the query between tiles
   auto store_fragments = [&] {
-    if constexpr (kQReg) return;
+    if constexpr (!kQReg) {
 #pragma unroll
-    for (int kk = 0; kk < KSteps; ++kk)
-      q_frag[kk * kThreads + tid] = make_uint4(qf[kk][0], qf[kk][1], qf[kk][2], qf[kk][3]);
+      for (int kk = 0; kk < KSteps; ++kk)
+        q_frag[kk * kThreads + tid] = make_uint4(qf[kk][0], qf[kk][1], qf[kk][2], qf[kk][3]);
+    }
   };
   // Prologue (the raw query landed): R(m) q * scale into q_pre (kRope, out of line), or
   // q * scale into qf.
@@ -1034,12 +1035,12 @@ __global__ void __launch_bounds__(kWs ? kWgmmaWsThreads : kWgmmaPrefillThreads, 
   // choice (a branch while wgmmas are in flight would make ptxas wait for them there).
   auto take_turn = [&](auto late) {
     if constexpr (!LAZYATTN_PREFILL_WS_TURNS) return;
-    if constexpr (decltype(late)::value) ptx::named_barrier_sync<6, kThreads>();
+    else if constexpr (decltype(late)::value) ptx::named_barrier_sync<6, kThreads>();
     else ptx::named_barrier_sync<5, kThreads>();
   };
   auto pass_turn = [&](auto late) {
     if constexpr (!LAZYATTN_PREFILL_WS_TURNS) return;
-    if constexpr (decltype(late)::value) ptx::named_barrier_arrive<5, kThreads>();
+    else if constexpr (decltype(late)::value) ptx::named_barrier_arrive<5, kThreads>();
     else ptx::named_barrier_arrive<6, kThreads>();
   };
   auto run = [&](auto late) {
