@@ -532,6 +532,13 @@ inline constexpr int kWgmmaWsThreads = kWgmmaPrefillThreads + 128;
 #ifndef LAZYATTN_PREFILL_WS_QREG
 #define LAZYATTN_PREFILL_WS_QREG 1
 #endif
+// LAZYATTN_PREFILL_WS_DIRECT_QUERY  (EXPERIMENTAL, default 0, not yet measured) a CTA whose tiles
+//                            all lie in one segment (the encodings, a chunk over its own tail)
+//                            rotates its query straight to R(m - s) into the fragments: no fp32
+//                            R(m) q in shared memory and no build pass (local form, with QREG).
+#ifndef LAZYATTN_PREFILL_WS_DIRECT_QUERY
+#define LAZYATTN_PREFILL_WS_DIRECT_QUERY 0
+#endif
 struct WgmmaPrefillShape {
   static constexpr int D = 128;
   static constexpr int kTileBytes = kTileKeys * D * 2;      // 16 KiB
@@ -585,6 +592,25 @@ __device__ __forceinline__ int wgmma_q_pre_index(int kk, int r, int hi, int tid)
   return (2 * (4 * kk + r) + hi) * kWgmmaPrefillThreads + tid;
 }
 
+// The pairs (col, col + 64) and (col + 1, col + 65) of the raw query's `row` (A fragment r of a
+// thread whose rows row_a, row_a + 8 are queries ia, ib), scaled and rotated by the angle of its
+// query i: the coarse table at 16 (i / 16) combined with the offset table at i % 16, in fp32
+// (x: dims col, col + 1; y: dims col + 64, col + 65).
+template <class T>
+__device__ __forceinline__ void wgmma_rotated_pairs(const T* q_raw, const float2* cs_q,
+                                                    const float2* cs_off, int row, int col, int r,
+                                                    int ia, int ib, float q_scale, float2& x,
+                                                    float2& y) {
+  constexpr int kHalf = 64;
+  wgmma_query_pairs(q_raw, row, col, x, y);
+  x.x *= q_scale, x.y *= q_scale, y.x *= q_scale, y.y *= q_scale;
+  const int i = (r & 1) ? ib : ia;
+  const float2* coarse = cs_q + (i >> 4) * kHalf + col;
+  const float2* fine = cs_off + (i & 15) * kHalf + col;
+  rotate_pair(x.x, y.x, combine_angles(coarse[0], fine[0]));
+  rotate_pair(x.y, y.y, combine_angles(coarse[1], fine[1]));
+}
+
 // The wgmma kernel's prologue rotation, out of line: R(m) q * scale into q_pre, the angle of
 // query row i (= row / G) from the coarse table at 16 (i / 16) combined with the offset table at
 // i % 16. Thread `tid` owns rows row_a and row_a + 8 and the A-fragment columns
@@ -597,7 +623,7 @@ template <class T>
 __device__ __noinline__ void wgmma_rotate_query(const T* q_raw, float2* q_pre, const float2* cs_q,
                                                 const float2* cs_off, int row_a, int G, int t4,
                                                 int tid, float q_scale) {
-  constexpr int D = 128, kHalf = D / 2;
+  constexpr int D = 128;
   const int ia = row_a / G, ib = (row_a + 8) / G;
 #pragma unroll
   for (int kk = 0; kk < D / 32; ++kk) {
@@ -606,13 +632,7 @@ __device__ __noinline__ void wgmma_rotate_query(const T* q_raw, float2* q_pre, c
       const int row = row_a + 8 * (r & 1);
       const int col = 16 * kk + 2 * t4 + 8 * (r >> 1);
       float2 x, y;
-      wgmma_query_pairs(q_raw, row, col, x, y);
-      x.x *= q_scale, x.y *= q_scale, y.x *= q_scale, y.y *= q_scale;
-      const int i = (r & 1) ? ib : ia;
-      const float2* coarse = cs_q + (i >> 4) * kHalf + col;
-      const float2* fine = cs_off + (i & 15) * kHalf + col;
-      rotate_pair(x.x, y.x, combine_angles(coarse[0], fine[0]));
-      rotate_pair(x.y, y.y, combine_angles(coarse[1], fine[1]));
+      wgmma_rotated_pairs(q_raw, cs_q, cs_off, row, col, r, ia, ib, q_scale, x, y);
       q_pre[wgmma_q_pre_index(kk, r, 0, tid)] = x;
       q_pre[wgmma_q_pre_index(kk, r, 1, tid)] = y;
     }
@@ -820,6 +840,14 @@ __global__ void __launch_bounds__(kWs ? kWgmmaWsThreads : kWgmmaPrefillThreads, 
     else return r_next;
   };
   std::int64_t q_seg_start = first.seg_start;  // the segment the query is built for
+  constexpr bool kQReg = kWs && LAZYATTN_PREFILL_WS_QREG;  // qf holds the query between tiles
+  // LAZYATTN_PREFILL_WS_DIRECT_QUERY: one segment for the whole CTA, so the query tables are
+  // taken at m - s and the prologue rotates straight into the fragments.
+  constexpr bool kDirect = kWs && kRope && kQReg && LAZYATTN_PREFILL_WS_DIRECT_QUERY;
+  bool direct = false;
+  if constexpr (kDirect)
+    direct = tile_begin < tile_end && p.sched.tiles[tile_end - 1].segment == first.segment;
+  const std::int64_t cs_base = direct ? m_first - first.seg_start : m_first;
   if (kRope) {
     for (int i = tid; i < 16 * kHalf; i += kThreads) cs_off[i] = offset_cs[i];
     for (int j = tid; j < kHalf; j += kThreads) s_turns[j] = turns[j];
@@ -827,7 +855,7 @@ __global__ void __launch_bounds__(kWs ? kWgmmaWsThreads : kWgmmaPrefillThreads, 
     else __syncthreads();
     const int coarse_rows = (kPrefillRows / G + 15) / 16;
     for (int i = tid; i < coarse_rows * kHalf; i += kThreads)
-      cs_q[i] = rope_cos_sin(m_first + 16 * (i / kHalf), s_turns[i % kHalf]);
+      cs_q[i] = rope_cos_sin(cs_base + 16 * (i / kHalf), s_turns[i % kHalf]);
     compute_seg(q_seg_start);  // read after the prologue's barrier
   }
 
@@ -839,7 +867,6 @@ __global__ void __launch_bounds__(kWs ? kWgmmaWsThreads : kWgmmaPrefillThreads, 
   // col + 1) and 2 (4 kk + r) + 1 (dims col + 64, col + 65).
   std::uint32_t qf[KSteps][4];
   const float q_scale = kRope ? p.sm_scale_log2 * p.rope.query_scale : p.sm_scale_log2;
-  constexpr bool kQReg = kWs && LAZYATTN_PREFILL_WS_QREG;  // qf holds the query between tiles
   auto store_fragments = [&] {
     if constexpr (!kQReg) {
 #pragma unroll
@@ -849,9 +876,25 @@ __global__ void __launch_bounds__(kWs ? kWgmmaWsThreads : kWgmmaPrefillThreads, 
   };
   // Prologue (the raw query landed): R(m) q * scale into q_pre (kRope, out of line), or
   // q * scale into qf.
+  // kDirect: R(m - s) q * scale straight into the fragments (cs_q taken at m - s).
+  auto rotate_direct = [&] {
+    const int ia = row_a / G, ib = (row_a + 8) / G;
+#pragma unroll
+    for (int kk = 0; kk < KSteps / 2; ++kk) {
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        float2 x, y;
+        wgmma_rotated_pairs(q_raw, cs_q, cs_off, row_a + 8 * (r & 1),
+                            16 * kk + 2 * t4 + 8 * (r >> 1), r, ia, ib, q_scale, x, y);
+        qf[kk][r] = ptx::pack2<T>(x.x, x.y);
+        qf[kk + KSteps / 2][r] = ptx::pack2<T>(y.x, y.y);
+      }
+    }
+  };
   auto prepare_query = [&] {
     if constexpr (kRope) {
-      wgmma_rotate_query<T>(q_raw, q_pre, cs_q, cs_off, row_a, G, t4, tid, q_scale);
+      if (kDirect && direct) rotate_direct();
+      else wgmma_rotate_query<T>(q_raw, q_pre, cs_q, cs_off, row_a, G, t4, tid, q_scale);
     } else {
 #pragma unroll
       for (int kk = 0; kk < KSteps / 2; ++kk) {
@@ -1057,7 +1100,7 @@ __global__ void __launch_bounds__(kWs ? kWgmmaWsThreads : kWgmmaPrefillThreads, 
     }
     prepare_query();  // reads the raw query (stage 3) and the cos/sin tables (stage 2's V slot)
     if constexpr (kWs) __syncthreads();  // with the loader: it may refill stages 2 and 3
-    if (kRope) build_query();
+    if (kRope && !(kDirect && direct)) build_query();
     if constexpr (kWs) {
       if constexpr (kLate) pass_turn(late);  // warpgroup 0 goes first
       take_turn(late);

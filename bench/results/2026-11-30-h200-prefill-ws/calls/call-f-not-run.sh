@@ -4,9 +4,16 @@
 # encode 16384). Nsight Compute on one launch of the local and the RoPE-off build (source
 # counters give the stall samples per SASS line: the prologue before the first wgmma against the
 # tile loop), plus racecheck's per-hazard report on the short wgmma case and its verdict on each
-# variant of the hand-over probe (tests/cuda/test_handover.cu). Build at the commit to
-# profile: LAZYATTN_CMAKE_ARGS=-DLAZYATTN_EXPERIMENTAL_TMA=OFF bash scripts/prebuild-gpu build/pb-f
-# carry [".deps", "build/pb-f", "build/call.sh"] (this file copied to build/call.sh).
+# variant of the hand-over probe (tests/cuda/test_handover.cu). Then the experimental direct
+# query build (LAZYATTN_PREFILL_WS_DIRECT_QUERY=1: one-segment CTAs rotate straight into the
+# fragments, aimed at that per-CTA cost): its [prefill] tests and an A/B against the default.
+# Build at the commit to profile:
+#   LAZYATTN_CMAKE_ARGS=-DLAZYATTN_EXPERIMENTAL_TMA=OFF bash scripts/prebuild-gpu build/pb-f
+#   PREBUILD_BUILD_DIR=build/prebuild-direct PREBUILD_TARGETS="lazyattn_cuda_tests lazyattn_bench_prefill" \
+#     LAZYATTN_CMAKE_ARGS="-DLAZYATTN_EXPERIMENTAL_TMA=OFF -DCMAKE_CUDA_FLAGS=-DLAZYATTN_PREFILL_WS_DIRECT_QUERY=1" \
+#     bash scripts/prebuild-gpu build/pb-direct
+# carry [".deps", "build/pb-f", "build/pb-direct", "build/call.sh"] (this file copied to
+# build/call.sh).
 set -u
 cd "$(dirname "$0")/.."
 export LD_LIBRARY_PATH=$PWD/.deps/usr/lib/x86_64-linux-gnu:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
@@ -31,3 +38,6 @@ build/pb-f/lazyattn_cuda_tests --list-test-names-only "[handover]" | grep "hand-
       "$name" > $R/handover.log 2>&1
     echo "$name: rc $?, $(grep -h 'RACECHECK SUMMARY' $R/handover.log)"
   done | tee $R/handover_racecheck.txt
+timeout 150 build/pb-direct/lazyattn_cuda_tests "[prefill]" > $R/t_prefill_direct.log 2>&1
+echo "direct [prefill] rc $?: $(tail -2 $R/t_prefill_direct.log | head -1)"
+AB_TIMEOUT=120 scripts/ab-bench prefill '/(local|rope_off)/' 3 $R/ab default=build/pb-f direct=build/pb-direct
