@@ -539,6 +539,16 @@ inline constexpr int kWgmmaWsThreads = kWgmmaPrefillThreads + 128;
 #ifndef LAZYATTN_PREFILL_WS_DIRECT_QUERY
 #define LAZYATTN_PREFILL_WS_DIRECT_QUERY 0
 #endif
+// LAZYATTN_PREFILL_WS_LANDED (EXPERIMENTAL, default 0, not yet measured) the loader retires each
+//                            stage's copies itself (cp.async.wait_group, one stage behind its
+//                            issues), fences them for the async proxy and arrives on full, so
+//                            the computing warps drop their per-tile fence (a MEMBAR.ALL.CTA in
+//                            the SASS). Its first version deadlocked on one-tile CTAs (the last
+//                            stage announced after the prologue barrier); this one announces it
+//                            before.
+#ifndef LAZYATTN_PREFILL_WS_LANDED
+#define LAZYATTN_PREFILL_WS_LANDED 0
+#endif
 struct WgmmaPrefillShape {
   static constexpr int D = 128;
   static constexpr int kTileBytes = kTileKeys * D * 2;      // 16 KiB
@@ -766,7 +776,23 @@ __global__ void __launch_bounds__(kWs ? kWgmmaWsThreads : kWgmmaPrefillThreads, 
           ptx::cp_async_16(ptx::smem_addr(ks + at), k_head + off, valid);
           ptx::cp_async_16(ptx::smem_addr(vs + at), v_head + off, valid);
         }
-        ptx::cp_async_mbarrier_arrive_noinc(full_bar(stage));
+        if constexpr (LAZYATTN_PREFILL_WS_LANDED) {
+          ptx::cp_async_commit();
+          if (it > 0) {  // the previous stage landed: fenced for the wgmmas, then announced
+            ptx::cp_async_wait<1>();
+            ptx::fence_proxy_async_smem();
+            ptx::mbarrier_arrive(full_bar((it - 1) % S));
+          }
+        } else {
+          ptx::cp_async_mbarrier_arrive_noinc(full_bar(stage));
+        }
+      }
+      // LANDED: the last stage, before the prologue barrier (a one-tile CTA's prologue waits
+      // for it).
+      if (LAZYATTN_PREFILL_WS_LANDED && tile_end > tile_begin) {
+        ptx::cp_async_wait<0>();
+        ptx::fence_proxy_async_smem();
+        ptx::mbarrier_arrive(full_bar((tile_end - tile_begin - 1) % S));
       }
       if (!prologue_read) __syncthreads();
       ptx::cp_async_wait<0>();
@@ -1070,7 +1096,7 @@ __global__ void __launch_bounds__(kWs ? kWgmmaWsThreads : kWgmmaPrefillThreads, 
   // by this thread's wgmmas through the async proxy).
   auto wait_full = [&](int it) {
     ptx::mbarrier_wait(full_bar(it % S), static_cast<std::uint32_t>((it / S) & 1));
-    ptx::fence_proxy_async_smem();
+    if constexpr (!LAZYATTN_PREFILL_WS_LANDED) ptx::fence_proxy_async_smem();
   };
   // Warp-specialised turns: warpgroup w issues after bar.sync 5 + w and hands over with
   // bar.arrive 6 - w (warpgroup 1 hands warpgroup 0 the first turn; warpgroup 0 takes one extra

@@ -6,14 +6,17 @@
 # tile loop), plus racecheck's per-hazard report on the short wgmma case and its verdict on each
 # variant of the hand-over probe (tests/cuda/test_handover.cu). Then the experimental direct
 # query build (LAZYATTN_PREFILL_WS_DIRECT_QUERY=1: one-segment CTAs rotate straight into the
-# fragments, aimed at that per-CTA cost): its [prefill] tests and an A/B against the default.
+# fragments, aimed at that per-CTA cost) and the loader that retires its own copies
+# (LAZYATTN_PREFILL_WS_LANDED=1): their [prefill] tests and an A/B against the default.
 # Build at the commit to profile:
 #   LAZYATTN_CMAKE_ARGS=-DLAZYATTN_EXPERIMENTAL_TMA=OFF bash scripts/prebuild-gpu build/pb-f
 #   PREBUILD_BUILD_DIR=build/prebuild-direct PREBUILD_TARGETS="lazyattn_cuda_tests lazyattn_bench_prefill" \
 #     LAZYATTN_CMAKE_ARGS="-DLAZYATTN_EXPERIMENTAL_TMA=OFF -DCMAKE_CUDA_FLAGS=-DLAZYATTN_PREFILL_WS_DIRECT_QUERY=1" \
 #     bash scripts/prebuild-gpu build/pb-direct
-# carry [".deps", "build/pb-f", "build/pb-direct", "build/call.sh"] (this file copied to
-# build/call.sh).
+#   (and build/pb-landed the same way with -DLAZYATTN_PREFILL_WS_LANDED=1, build dir
+#   build/prebuild-landed)
+# carry [".deps", "build/pb-f", "build/pb-direct", "build/pb-landed", "build/call.sh"] (55 MB; this
+# file copied to build/call.sh).
 set -u
 cd "$(dirname "$0")/.."
 export LD_LIBRARY_PATH=$PWD/.deps/usr/lib/x86_64-linux-gnu:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
@@ -38,6 +41,9 @@ build/pb-f/lazyattn_cuda_tests --list-test-names-only "[handover]" | grep "hand-
       "$name" > $R/handover.log 2>&1
     echo "$name: rc $?, $(grep -h 'RACECHECK SUMMARY' $R/handover.log)"
   done | tee $R/handover_racecheck.txt
-timeout 150 build/pb-direct/lazyattn_cuda_tests "[prefill]" > $R/t_prefill_direct.log 2>&1
-echo "direct [prefill] rc $?: $(tail -2 $R/t_prefill_direct.log | head -1)"
-AB_TIMEOUT=120 scripts/ab-bench prefill '/(local|rope_off)/' 3 $R/ab default=build/pb-f direct=build/pb-direct
+for v in direct landed; do  # a hang shows as rc 124
+  timeout 150 build/pb-$v/lazyattn_cuda_tests "[prefill]" > $R/t_prefill_$v.log 2>&1
+  echo "$v [prefill] rc $?: $(tail -2 $R/t_prefill_$v.log | head -1)"
+done
+AB_TIMEOUT=120 scripts/ab-bench prefill '/(local|rope_off)/' 3 $R/ab default=build/pb-f \
+  direct=build/pb-direct landed=build/pb-landed
