@@ -519,23 +519,14 @@ inline constexpr int kWgmmaPrefillThreads = 256;
 inline constexpr int kWgmmaStages = 4;
 // Warp-specialised variant (PrefillKernel::kWgmmaWs): a third warpgroup loads the K/V ring.
 inline constexpr int kWgmmaWsThreads = kWgmmaPrefillThreads + 128;
-// Variants of the warp-specialised kernel, for A/B on the H200 (1 = on):
-// LAZYATTN_PREFILL_WS_TURNS  the computing warpgroups take turns issuing (default 1);
-// LAZYATTN_PREFILL_WS_QREG   the query's A fragments stay in registers between tiles instead of
-//                            thread-private shared memory (default 1).
-// On the H200 (bench/results/2026-11-30-h200-prefill-ws/): without turns the RAG tail 1-2%
-// slower (the encodings within 1% with RoPE on); with the fragments in shared memory 2-4% slower
-// with RoPE on.
-#ifndef LAZYATTN_PREFILL_WS_TURNS
-#define LAZYATTN_PREFILL_WS_TURNS 1
-#endif
-#ifndef LAZYATTN_PREFILL_WS_QREG
-#define LAZYATTN_PREFILL_WS_QREG 1
-#endif
+// Experimental variants of the warp-specialised kernel (1 = on). Measured and dropped
+// (bench/results/2026-11-30-h200-prefill-ws/): the computing warpgroups issuing without turns
+// (RAG tail 1-2% slower), the query fragments in thread-private shared memory between tiles as
+// in the two-warpgroup form (2-4% slower with RoPE on).
 // LAZYATTN_PREFILL_WS_DIRECT_QUERY  (EXPERIMENTAL, default 0, not yet measured) a CTA whose tiles
 //                            all lie in one segment (the encodings, a chunk over its own tail)
 //                            rotates its query straight to R(m - s) into the fragments: no fp32
-//                            R(m) q in shared memory and no build pass (local form, with QREG).
+//                            R(m) q in shared memory and no build pass (local form).
 #ifndef LAZYATTN_PREFILL_WS_DIRECT_QUERY
 #define LAZYATTN_PREFILL_WS_DIRECT_QUERY 0
 #endif
@@ -866,10 +857,10 @@ __global__ void __launch_bounds__(kWs ? kWgmmaWsThreads : kWgmmaPrefillThreads, 
     else return r_next;
   };
   std::int64_t q_seg_start = first.seg_start;  // the segment the query is built for
-  constexpr bool kQReg = kWs && LAZYATTN_PREFILL_WS_QREG;  // qf holds the query between tiles
+  constexpr bool kQReg = kWs;  // qf holds the query between tiles (warp-specialised form)
   // LAZYATTN_PREFILL_WS_DIRECT_QUERY: one segment for the whole CTA, so the query tables are
   // taken at m - s and the prologue rotates straight into the fragments.
-  constexpr bool kDirect = kWs && kRope && kQReg && LAZYATTN_PREFILL_WS_DIRECT_QUERY;
+  constexpr bool kDirect = kWs && kRope && LAZYATTN_PREFILL_WS_DIRECT_QUERY;
   bool direct = false;
   if constexpr (kDirect)
     direct = tile_begin < tile_end && p.sched.tiles[tile_end - 1].segment == first.segment;
@@ -1103,13 +1094,11 @@ __global__ void __launch_bounds__(kWs ? kWgmmaWsThreads : kWgmmaPrefillThreads, 
   // turn at the end, so every arrival is waited for). `late`: warpgroup 1, a compile-time
   // choice (a branch while wgmmas are in flight would make ptxas wait for them there).
   auto take_turn = [&](auto late) {
-    if constexpr (!LAZYATTN_PREFILL_WS_TURNS) return;
-    else if constexpr (decltype(late)::value) ptx::named_barrier_sync<6, kThreads>();
+    if constexpr (decltype(late)::value) ptx::named_barrier_sync<6, kThreads>();
     else ptx::named_barrier_sync<5, kThreads>();
   };
   auto pass_turn = [&](auto late) {
-    if constexpr (!LAZYATTN_PREFILL_WS_TURNS) return;
-    else if constexpr (decltype(late)::value) ptx::named_barrier_arrive<5, kThreads>();
+    if constexpr (decltype(late)::value) ptx::named_barrier_arrive<5, kThreads>();
     else ptx::named_barrier_arrive<6, kThreads>();
   };
   auto run = [&](auto late) {
