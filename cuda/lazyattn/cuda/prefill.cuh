@@ -747,8 +747,10 @@ __global__ void __launch_bounds__(kWs ? kWgmmaWsThreads : kWgmmaPrefillThreads, 
         }
         if (it >= S) ptx::mbarrier_wait(empty_bar(stage), static_cast<std::uint32_t>((it / S - 1) & 1));
         const TileInfo ti = p.sched.tiles[tile];
-        // The tile's pages (key0 is a multiple of 64, so at most 64 / page_size of them): lane j
-        // reads page j, the rows take theirs by shuffle.
+        // TileStream::issue's gather without its page id per row (8 registers the loader does
+        // not have): the tile's pages (key0 is a multiple of 64, so at most 64 / page_size of
+        // them), lane j reading page j, the rows taking theirs by shuffle. Written here, not as
+        // a TileStream member or a helper: both compiled with 3x the loader's spills.
         const int first = ti.page_base + (ti.key0 >> p.page_size_log2);
         const int npages = ((ti.rows - 1) >> p.page_size_log2) + 1;
         const int my_page = lane < npages ? p.plan.page_ids[first + lane] : 0;
