@@ -30,6 +30,16 @@ __device__ __forceinline__ int blocked_swizzle(int row, int chunk) {
   return (chunk >> 3) * (kRows * 64) + row * 64 + (((chunk & 7) ^ (row & 7)) << 3);
 }
 
+// Pulls the records of tiles [begin, end) into L2, one 128-byte line per thread of `threads`
+// (`tid` among them): later fetches hit L2 instead of queueing behind the K/V stream in HBM.
+__device__ __forceinline__ void prefetch_tile_records(const TileInfo* tiles, int begin, int end,
+                                                      int tid, int threads) {
+  const char* first = reinterpret_cast<const char*>(tiles + begin);
+  const char* last = reinterpret_cast<const char*>(tiles + end);
+  for (const char* a = first + tid * 128; a < last; a += threads * 128)
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(a));
+}
+
 // A ring of S stages, each a K tile then a V tile of [kTileKeys][D] elements. One object per
 // thread; its rolling registers hold the record and page ids of the next tiles to issue.
 // kBlocked: tiles in blocked_swizzle layout (wgmma) instead of swizzle's.
@@ -113,13 +123,9 @@ struct TileStream {
     issue_one(v, ti, pg, v_stage(stage));
   }
 
-  // Pulls the records of tiles [begin, end) into L2: later fetches hit L2 instead of queueing
-  // behind the K/V stream in HBM.
+  // The records of tiles [begin, tile_end) into L2 (prefetch_tile_records).
   __device__ void prefetch_records(int begin, int tid) const {
-    const char* first = reinterpret_cast<const char*>(tiles + begin);
-    const char* last = reinterpret_cast<const char*>(tiles + tile_end);
-    for (const char* a = first + tid * 128; a < last; a += kThreads * 128)
-      asm volatile("prefetch.global.L2 [%0];" ::"l"(a));
+    prefetch_tile_records(tiles, begin, tile_end, tid, kThreads);
   }
 
   // Issues tiles begin .. begin + S - 2 (one commit group each, empty past the end) and fetches
@@ -264,12 +270,9 @@ struct TmaTileStream {
     return lane < boxes && ti.rows > 0 ? page_ids[ti.page_base + ((ti.key0 + r) >> page_log2)] : 0;
   }
 
-  // Pulls the records of tiles [begin, end) into L2 (as TileStream::prefetch_records).
+  // The records of tiles [begin, tile_end) into L2 (prefetch_tile_records).
   __device__ void prefetch_records(int begin, int tid, int threads) const {
-    const char* first = reinterpret_cast<const char*>(tiles + begin);
-    const char* last = reinterpret_cast<const char*>(tiles + tile_end);
-    for (const char* a = first + tid * 128; a < last; a += threads * 128)
-      asm volatile("prefetch.global.L2 [%0];" ::"l"(a));
+    prefetch_tile_records(tiles, begin, tile_end, tid, threads);
   }
 
   // Warp 0 only.

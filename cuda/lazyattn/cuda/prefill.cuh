@@ -734,10 +734,7 @@ __global__ void __launch_bounds__(kWs ? kWgmmaWsThreads : kWgmmaPrefillThreads, 
       const int chunk = lane % (D / 8);      // the 16-byte chunk of a row this thread copies
       const int row_in = 2 * lwarp + lane / (D / 8);  // its first row; then every 8 rows
       const int slot_mask = (1 << p.page_size_log2) - 1;
-      for (int a = ltid * 128; a < (tile_end - tile_begin) * static_cast<int>(sizeof(TileInfo));
-           a += 128 * 128)
-        asm volatile("prefetch.global.L2 [%0];" ::"l"(
-            reinterpret_cast<const char*>(p.sched.tiles + tile_begin) + a));
+      prefetch_tile_records(p.sched.tiles, tile_begin, tile_end, ltid, 128);
       bool prologue_read = false;
       for (int tile = tile_begin, it = 0; tile < tile_end; ++tile, ++it) {
         const int stage = it % S;
