@@ -95,6 +95,20 @@ struct PrefillShape {
   static constexpr int kSmemBytes = kTurns + (D / 2) * 8;
 };
 
+// The end of the key tiles a query tile reads: the request's, less the tail tiles wholly past its
+// last visible tail key. Those exist only when the tail is the request's last segment; then its
+// tiles close the request's run at keys 0, 64, 128, ... (make_prefill_schedule), so their count
+// follows from the last record alone: one load. Dropping them one record at a time was a chain
+// of dependent loads before every CTA's first tile (up to 63 at encode 4096, half that on
+// average), where Nsight Compute found 10-11% of the warp-specialised kernel's stall samples.
+__device__ __forceinline__ int visible_tile_end(const TileInfo* tiles, int tile_begin,
+                                                int tile_end, int max_visible_tail) {
+  if (tile_end <= tile_begin) return tile_end;
+  const TileInfo last = tiles[tile_end - 1];
+  if (!last.is_tail || last.key0 <= max_visible_tail) return tile_end;
+  return tile_end - (last.key0 / kTileKeys - max_visible_tail / kTileKeys);
+}
+
 // Writes a warp's rows of the rotated, scaled query (rows [row0, row0 + nrows) of q_rot) from the
 // raw ones: row r, at offset i = r / G from the CTA's first query, is rotated by the segment's
 // angle at 16 (i / 16) (`coarse`, per pair) combined with the offset i % 16 (`fine`), in fp32,
@@ -233,12 +247,8 @@ __global__ void __launch_bounds__(PrefillShape<D>::kThreads, PrefillShape<D>::kM
   // One work item per request spans all its tiles; drop trailing tail tiles no row can see, and
   // take this split's share of the rest.
   int tile_begin = p.sched.work_tile_begin[b];
-  int tile_end = p.sched.work_tile_end[b];
-  while (tile_end > tile_begin) {
-    TileInfo last = p.sched.tiles[tile_end - 1];
-    if (!last.is_tail || last.key0 <= max_visible_tail) break;
-    --tile_end;
-  }
+  int tile_end =
+      visible_tile_end(p.sched.tiles, tile_begin, p.sched.work_tile_end[b], max_visible_tail);
   if (p.kv_splits > 1) {
     const int n = tile_end - tile_begin, z = blockIdx.z;
     tile_end = tile_begin + static_cast<int>(static_cast<std::int64_t>(n) * (z + 1) / p.kv_splits);
@@ -519,27 +529,13 @@ inline constexpr int kWgmmaPrefillThreads = 256;
 inline constexpr int kWgmmaStages = 4;
 // Warp-specialised variant (PrefillKernel::kWgmmaWs): a third warpgroup loads the K/V ring.
 inline constexpr int kWgmmaWsThreads = kWgmmaPrefillThreads + 128;
-// Experimental variants of the warp-specialised kernel (1 = on). Measured and dropped
+// Variants of the warp-specialised kernel measured on the H200 and dropped
 // (bench/results/2026-11-30-h200-prefill-ws/): the computing warpgroups issuing without turns
 // (RAG tail 1-2% slower), the query fragments in thread-private shared memory between tiles as
-// in the two-warpgroup form (2-4% slower with RoPE on).
-// LAZYATTN_PREFILL_WS_DIRECT_QUERY  (EXPERIMENTAL, default 0, not yet measured) a CTA whose tiles
-//                            all lie in one segment (the encodings, a chunk over its own tail)
-//                            rotates its query straight to R(m - s) into the fragments: no fp32
-//                            R(m) q in shared memory and no build pass (local form).
-#ifndef LAZYATTN_PREFILL_WS_DIRECT_QUERY
-#define LAZYATTN_PREFILL_WS_DIRECT_QUERY 0
-#endif
-// LAZYATTN_PREFILL_WS_LANDED (EXPERIMENTAL, default 0, not yet measured) the loader retires each
-//                            stage's copies itself (cp.async.wait_group, one stage behind its
-//                            issues), fences them for the async proxy and arrives on full, so
-//                            the computing warps drop their per-tile fence (a MEMBAR.ALL.CTA in
-//                            the SASS). Its first version deadlocked on one-tile CTAs (the last
-//                            stage announced after the prologue barrier); this one announces it
-//                            before.
-#ifndef LAZYATTN_PREFILL_WS_LANDED
-#define LAZYATTN_PREFILL_WS_LANDED 0
-#endif
+// in the two-warpgroup form (2-4% slower with RoPE on), a CTA within one segment rotating its
+// query straight to R(m - s) into the fragments (no fp32 R(m) q, no build pass: encode 4096 equal,
+// RAG tail 1% slower), the loader retiring and fencing its own copies before it arrives on full
+// (the computing warps' per-tile fence gone: 2-5% slower).
 struct WgmmaPrefillShape {
   static constexpr int D = 128;
   static constexpr int kTileBytes = kTileKeys * D * 2;      // 16 KiB
@@ -593,25 +589,6 @@ __device__ __forceinline__ int wgmma_q_pre_index(int kk, int r, int hi, int tid)
   return (2 * (4 * kk + r) + hi) * kWgmmaPrefillThreads + tid;
 }
 
-// The pairs (col, col + 64) and (col + 1, col + 65) of the raw query's `row` (A fragment r of a
-// thread whose rows row_a, row_a + 8 are queries ia, ib), scaled and rotated by the angle of its
-// query i: the coarse table at 16 (i / 16) combined with the offset table at i % 16, in fp32
-// (x: dims col, col + 1; y: dims col + 64, col + 65).
-template <class T>
-__device__ __forceinline__ void wgmma_rotated_pairs(const T* q_raw, const float2* cs_q,
-                                                    const float2* cs_off, int row, int col, int r,
-                                                    int ia, int ib, float q_scale, float2& x,
-                                                    float2& y) {
-  constexpr int kHalf = 64;
-  wgmma_query_pairs(q_raw, row, col, x, y);
-  x.x *= q_scale, x.y *= q_scale, y.x *= q_scale, y.y *= q_scale;
-  const int i = (r & 1) ? ib : ia;
-  const float2* coarse = cs_q + (i >> 4) * kHalf + col;
-  const float2* fine = cs_off + (i & 15) * kHalf + col;
-  rotate_pair(x.x, y.x, combine_angles(coarse[0], fine[0]));
-  rotate_pair(x.y, y.y, combine_angles(coarse[1], fine[1]));
-}
-
 // The wgmma kernel's prologue rotation, out of line: R(m) q * scale into q_pre, the angle of
 // query row i (= row / G) from the coarse table at 16 (i / 16) combined with the offset table at
 // i % 16. Thread `tid` owns rows row_a and row_a + 8 and the A-fragment columns
@@ -624,7 +601,7 @@ template <class T>
 __device__ __noinline__ void wgmma_rotate_query(const T* q_raw, float2* q_pre, const float2* cs_q,
                                                 const float2* cs_off, int row_a, int G, int t4,
                                                 int tid, float q_scale) {
-  constexpr int D = 128;
+  constexpr int D = 128, kHalf = D / 2;
   const int ia = row_a / G, ib = (row_a + 8) / G;
 #pragma unroll
   for (int kk = 0; kk < D / 32; ++kk) {
@@ -633,7 +610,13 @@ __device__ __noinline__ void wgmma_rotate_query(const T* q_raw, float2* q_pre, c
       const int row = row_a + 8 * (r & 1);
       const int col = 16 * kk + 2 * t4 + 8 * (r >> 1);
       float2 x, y;
-      wgmma_rotated_pairs(q_raw, cs_q, cs_off, row, col, r, ia, ib, q_scale, x, y);
+      wgmma_query_pairs(q_raw, row, col, x, y);
+      x.x *= q_scale, x.y *= q_scale, y.x *= q_scale, y.y *= q_scale;
+      const int i = (r & 1) ? ib : ia;
+      const float2* coarse = cs_q + (i >> 4) * kHalf + col;
+      const float2* fine = cs_off + (i & 15) * kHalf + col;
+      rotate_pair(x.x, y.x, combine_angles(coarse[0], fine[0]));
+      rotate_pair(x.y, y.y, combine_angles(coarse[1], fine[1]));
       q_pre[wgmma_q_pre_index(kk, r, 0, tid)] = x;
       q_pre[wgmma_q_pre_index(kk, r, 1, tid)] = y;
     }
@@ -696,12 +679,8 @@ __global__ void __launch_bounds__(kWs ? kWgmmaWsThreads : kWgmmaPrefillThreads, 
       p.rope.offset_cs + static_cast<std::int64_t>(rope_set) * p.rope.offset_rows * kHalf;
 
   int tile_begin = p.sched.work_tile_begin[b];
-  int tile_end = p.sched.work_tile_end[b];
-  while (tile_end > tile_begin) {
-    TileInfo last = p.sched.tiles[tile_end - 1];
-    if (!last.is_tail || last.key0 <= max_visible_tail) break;
-    --tile_end;
-  }
+  int tile_end =
+      visible_tile_end(p.sched.tiles, tile_begin, p.sched.work_tile_end[b], max_visible_tail);
   if (p.kv_splits > 1) {
     const int n = tile_end - tile_begin, z = blockIdx.z;
     tile_end = tile_begin + static_cast<int>(static_cast<std::int64_t>(n) * (z + 1) / p.kv_splits);
@@ -766,23 +745,7 @@ __global__ void __launch_bounds__(kWs ? kWgmmaWsThreads : kWgmmaPrefillThreads, 
           ptx::cp_async_16(ptx::smem_addr(ks + at), k_head + off, valid);
           ptx::cp_async_16(ptx::smem_addr(vs + at), v_head + off, valid);
         }
-        if constexpr (LAZYATTN_PREFILL_WS_LANDED) {
-          ptx::cp_async_commit();
-          if (it > 0) {  // the previous stage landed: fenced for the wgmmas, then announced
-            ptx::cp_async_wait<1>();
-            ptx::fence_proxy_async_smem();
-            ptx::mbarrier_arrive(full_bar((it - 1) % S));
-          }
-        } else {
-          ptx::cp_async_mbarrier_arrive_noinc(full_bar(stage));
-        }
-      }
-      // LANDED: the last stage, before the prologue barrier (a one-tile CTA's prologue waits
-      // for it).
-      if (LAZYATTN_PREFILL_WS_LANDED && tile_end > tile_begin) {
-        ptx::cp_async_wait<0>();
-        ptx::fence_proxy_async_smem();
-        ptx::mbarrier_arrive(full_bar((tile_end - tile_begin - 1) % S));
+        ptx::cp_async_mbarrier_arrive_noinc(full_bar(stage));
       }
       if (!prologue_read) __syncthreads();
       ptx::cp_async_wait<0>();
@@ -857,13 +820,6 @@ __global__ void __launch_bounds__(kWs ? kWgmmaWsThreads : kWgmmaPrefillThreads, 
   };
   std::int64_t q_seg_start = first.seg_start;  // the segment the query is built for
   constexpr bool kQReg = kWs;  // qf holds the query between tiles (warp-specialised form)
-  // LAZYATTN_PREFILL_WS_DIRECT_QUERY: one segment for the whole CTA, so the query tables are
-  // taken at m - s and the prologue rotates straight into the fragments.
-  constexpr bool kDirect = kWs && kRope && LAZYATTN_PREFILL_WS_DIRECT_QUERY;
-  bool direct = false;
-  if constexpr (kDirect)
-    direct = tile_begin < tile_end && p.sched.tiles[tile_end - 1].segment == first.segment;
-  const std::int64_t cs_base = direct ? m_first - first.seg_start : m_first;
   if (kRope) {
     for (int i = tid; i < 16 * kHalf; i += kThreads) cs_off[i] = offset_cs[i];
     for (int j = tid; j < kHalf; j += kThreads) s_turns[j] = turns[j];
@@ -871,7 +827,7 @@ __global__ void __launch_bounds__(kWs ? kWgmmaWsThreads : kWgmmaPrefillThreads, 
     else __syncthreads();
     const int coarse_rows = (kPrefillRows / G + 15) / 16;
     for (int i = tid; i < coarse_rows * kHalf; i += kThreads)
-      cs_q[i] = rope_cos_sin(cs_base + 16 * (i / kHalf), s_turns[i % kHalf]);
+      cs_q[i] = rope_cos_sin(m_first + 16 * (i / kHalf), s_turns[i % kHalf]);
     compute_seg(q_seg_start);  // read after the prologue's barrier
   }
 
@@ -892,25 +848,9 @@ __global__ void __launch_bounds__(kWs ? kWgmmaWsThreads : kWgmmaPrefillThreads, 
   };
   // Prologue (the raw query landed): R(m) q * scale into q_pre (kRope, out of line), or
   // q * scale into qf.
-  // kDirect: R(m - s) q * scale straight into the fragments (cs_q taken at m - s).
-  auto rotate_direct = [&] {
-    const int ia = row_a / G, ib = (row_a + 8) / G;
-#pragma unroll
-    for (int kk = 0; kk < KSteps / 2; ++kk) {
-#pragma unroll
-      for (int r = 0; r < 4; ++r) {
-        float2 x, y;
-        wgmma_rotated_pairs(q_raw, cs_q, cs_off, row_a + 8 * (r & 1),
-                            16 * kk + 2 * t4 + 8 * (r >> 1), r, ia, ib, q_scale, x, y);
-        qf[kk][r] = ptx::pack2<T>(x.x, x.y);
-        qf[kk + KSteps / 2][r] = ptx::pack2<T>(y.x, y.y);
-      }
-    }
-  };
   auto prepare_query = [&] {
     if constexpr (kRope) {
-      if (kDirect && direct) rotate_direct();
-      else wgmma_rotate_query<T>(q_raw, q_pre, cs_q, cs_off, row_a, G, t4, tid, q_scale);
+      wgmma_rotate_query<T>(q_raw, q_pre, cs_q, cs_off, row_a, G, t4, tid, q_scale);
     } else {
 #pragma unroll
       for (int kk = 0; kk < KSteps / 2; ++kk) {
@@ -1086,7 +1026,7 @@ __global__ void __launch_bounds__(kWs ? kWgmmaWsThreads : kWgmmaPrefillThreads, 
   // by this thread's wgmmas through the async proxy).
   auto wait_full = [&](int it) {
     ptx::mbarrier_wait(full_bar(it % S), static_cast<std::uint32_t>((it / S) & 1));
-    if constexpr (!LAZYATTN_PREFILL_WS_LANDED) ptx::fence_proxy_async_smem();
+    ptx::fence_proxy_async_smem();
   };
   // Warp-specialised turns: warpgroup w issues after bar.sync 5 + w and hands over with
   // bar.arrive 6 - w (warpgroup 1 hands warpgroup 0 the first turn; warpgroup 0 takes one extra
@@ -1114,7 +1054,7 @@ __global__ void __launch_bounds__(kWs ? kWgmmaWsThreads : kWgmmaPrefillThreads, 
     }
     prepare_query();  // reads the raw query (stage 3) and the cos/sin tables (stage 2's V slot)
     if constexpr (kWs) __syncthreads();  // with the loader: it may refill stages 2 and 3
-    if (kRope && !(kDirect && direct)) build_query();
+    if (kRope) build_query();
     if constexpr (kWs) {
       if constexpr (kLate) pass_turn(late);  // warpgroup 0 goes first
       take_turn(late);

@@ -1,5 +1,7 @@
 #!/bin/bash
-# Prepared 2026-11-30, NOT RUN (device time spent): where the warp-specialised prefill's RoPE
+# Ran at the start of the next session (2026-11-30, 10:24 UTC), binaries carried packed
+# (scripts/pack-prebuilt build/pbf.tar.xz build/pb-f build/pb-direct build/pb-landed): where the
+# warp-specialised prefill's RoPE
 # overhead at encode 4096 goes (+10.1% in call e: about 5 us per CTA if charged per CTA, 8 us at
 # encode 16384). Nsight Compute on one launch of the local and the RoPE-off build (source
 # counters give the stall samples per SASS line: the prologue before the first wgmma against the
@@ -15,12 +17,12 @@
 #     bash scripts/prebuild-gpu build/pb-direct
 #   (and build/pb-landed the same way with -DLAZYATTN_PREFILL_WS_LANDED=1, build dir
 #   build/prebuild-landed)
-# carry [".deps", "build/pb-f", "build/pb-direct", "build/pb-landed", "build/call.sh"] (55 MB; this
-# file copied to build/call.sh).
+# carry [".deps", "build/pbf.tar.xz", "build/call.sh"] (this file copied to build/call.sh).
 set -u
 cd "$(dirname "$0")/.."
 export LD_LIBRARY_PATH=$PWD/.deps/usr/lib/x86_64-linux-gnu:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 export PATH=$PATH:/usr/local/cuda/bin
+LAZYATTN_PREBUILT_ARCHIVE=build/pbf.tar.xz scripts/pack-prebuilt --unpack-env
 R=$OUT/rf; mkdir -p $R
 for m in local rope_off; do
   timeout 150 ncu --clock-control none -k regex:prefill_wgmma_kernel --launch-skip 3 --launch-count 1 \
