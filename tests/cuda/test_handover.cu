@@ -6,7 +6,9 @@
 // in this pattern without the rest of the kernel: on the prefill it reports WAR hazards there
 // (bench/results/2026-11-30-h200-prefill-ws/README.md). Four variants: with and without
 // setmaxnreg, the copies announced by cp.async.mbarrier.arrive.noinc or retired by
-// cp.async.wait_group before a plain arrive.
+// cp.async.wait_group before a plain arrive; and, as in the kernel (setmaxnreg, noinc), the
+// computing warps passing a named barrier of theirs alone (bar.sync 4, 256 threads) before their
+// reads, or waiting on an mbarrier the loader announced earlier copies on, or both.
 #include "support/catch.hpp"
 
 #include <cstdint>
@@ -22,24 +24,37 @@ namespace ptx = lazyattn::cuda::ptx;
 
 constexpr int kCompute = 256, kLoad = 128, kElems = 256;  // 16-byte elements (4 KiB)
 
+// What the computing warps pass before their reads (bits): their own named barrier, twice (as the
+// prologue's tables and raw query), and an mbarrier announcing copies into another buffer (as the
+// kernel's first K/V stage).
+enum : int { kPreNamed = 1, kPreMbarrier = 2 };
+
 // out[t] = the element thread t read before the barrier (another thread's), out[kCompute + t] the
-// one it read after the loader's copies landed.
-template <bool kSetMaxNReg, bool kNoInc>
+// one it read after the loader's copies landed, out[2 kCompute + t] (kPreMbarrier) the early copy
+// it read.
+template <bool kSetMaxNReg, bool kNoInc, int kPre = 0>
 __global__ void __launch_bounds__(kCompute + kLoad, 1) handover_probe(const uint4* src, uint4* out) {
   __shared__ __align__(16) uint4 buf[kElems];
-  __shared__ __align__(8) std::uint64_t full;
+  __shared__ __align__(16) uint4 early[kLoad];
+  __shared__ __align__(8) std::uint64_t full, early_full;
   const int tid = threadIdx.x;
   const std::uint32_t bar = ptx::smem_addr(&full);
+  const std::uint32_t early_bar = ptx::smem_addr(&early_full);
   if (tid == 0) {
     ptx::mbarrier_init(bar, kLoad);
+    ptx::mbarrier_init(early_bar, kLoad);
     ptx::fence_barrier_init();
   }
   if (tid < kCompute) buf[tid] = make_uint4(tid, 1u, 2u, 3u);
   __syncthreads();  // buf holds the computing warps' values
   if (tid >= kCompute) {
     if constexpr (kSetMaxNReg) ptx::setmaxnreg_dec<24>();
-    __syncthreads();  // the computing warps have read buf
     const int l = tid - kCompute;
+    if constexpr ((kPre & kPreMbarrier) != 0) {
+      ptx::cp_async_16(ptx::smem_addr(&early[l]), &src[(l * 3) % kElems]);
+      ptx::cp_async_mbarrier_arrive_noinc(early_bar);
+    }
+    __syncthreads();  // the computing warps have read buf
     for (int i = l; i < kElems; i += kLoad) ptx::cp_async_16(ptx::smem_addr(&buf[i]), &src[i]);
     if constexpr (kNoInc) {
       ptx::cp_async_mbarrier_arrive_noinc(bar);
@@ -52,6 +67,14 @@ __global__ void __launch_bounds__(kCompute + kLoad, 1) handover_probe(const uint
     return;
   }
   if constexpr (kSetMaxNReg) ptx::setmaxnreg_inc<240>();
+  if constexpr ((kPre & kPreNamed) != 0) {
+    ptx::named_barrier_sync<4, kCompute>();
+    ptx::named_barrier_sync<4, kCompute>();
+  }
+  if constexpr ((kPre & kPreMbarrier) != 0) {
+    ptx::mbarrier_wait(early_bar, 0);
+    out[2 * kCompute + tid] = early[tid % kLoad];
+  }
   const uint4 before = buf[(tid * 7 + 3) % kElems];
   __syncthreads();  // the loader may overwrite buf
   ptx::mbarrier_wait(bar, 0);
@@ -60,15 +83,15 @@ __global__ void __launch_bounds__(kCompute + kLoad, 1) handover_probe(const uint
   out[kCompute + tid] = after;
 }
 
-template <bool kSetMaxNReg, bool kNoInc>
+template <bool kSetMaxNReg, bool kNoInc, int kPre = 0>
 void check_handover() {
   std::vector<uint4> src(kElems);
   for (int i = 0; i < kElems; ++i)
     src[i] = make_uint4(1000u + i, 2000u + i, 3000u + i, 4000u + i);
-  lazyattn::cuda::DeviceBuffer<uint4> dsrc(src.size()), dout(2 * kCompute);
+  lazyattn::cuda::DeviceBuffer<uint4> dsrc(src.size()), dout(3 * kCompute);
   LAZYATTN_CUDA_CHECK(cudaMemcpy(dsrc.data(), src.data(), dsrc.bytes(), cudaMemcpyHostToDevice));
   LAZYATTN_CUDA_CHECK(cudaMemset(dout.data(), 0xff, dout.bytes()));
-  handover_probe<kSetMaxNReg, kNoInc><<<1, kCompute + kLoad>>>(dsrc.data(), dout.data());
+  handover_probe<kSetMaxNReg, kNoInc, kPre><<<1, kCompute + kLoad>>>(dsrc.data(), dout.data());
   LAZYATTN_CUDA_CHECK(cudaGetLastError());
   LAZYATTN_CUDA_CHECK(cudaDeviceSynchronize());
   std::vector<uint4> out(dout.size());
@@ -79,8 +102,13 @@ void check_handover() {
     const uint4 b = out[t], a = out[kCompute + t], want = src[(t * 5 + 1) % kElems];
     if (b.x != e || b.y != 1u || b.z != 2u || b.w != 3u) ++bad;
     if (a.x != want.x || a.y != want.y || a.z != want.z || a.w != want.w) ++bad;
+    if constexpr ((kPre & kPreMbarrier) != 0) {
+      const uint4 c = out[2 * kCompute + t], w = src[((t % kLoad) * 3) % kElems];
+      if (c.x != w.x || c.y != w.y || c.z != w.z || c.w != w.w) ++bad;
+    }
   }
-  INFO("setmaxnreg " << kSetMaxNReg << ", noinc " << kNoInc << ": " << bad << " reads wrong");
+  INFO("setmaxnreg " << kSetMaxNReg << ", noinc " << kNoInc << ", pre " << kPre << ": " << bad
+                     << " reads wrong");
   CHECK(bad == 0);
 }
 
@@ -103,4 +131,19 @@ TEST_CASE("the loader hand-over: cp.async.wait_group then mbarrier.arrive, after
 TEST_CASE("the loader hand-over: cp.async.wait_group then mbarrier.arrive",
           "[cuda][hopper][handover]") {
   check_handover<false, false>();
+}
+
+TEST_CASE("the loader hand-over: noinc after setmaxnreg, the readers past a named barrier first",
+          "[cuda][hopper][handover]") {
+  check_handover<true, true, kPreNamed>();
+}
+
+TEST_CASE("the loader hand-over: noinc after setmaxnreg, the readers past an mbarrier first",
+          "[cuda][hopper][handover]") {
+  check_handover<true, true, kPreMbarrier>();
+}
+
+TEST_CASE("the loader hand-over: noinc after setmaxnreg, the readers past both first",
+          "[cuda][hopper][handover]") {
+  check_handover<true, true, kPreNamed | kPreMbarrier>();
 }

@@ -1040,13 +1040,13 @@ __global__ void __launch_bounds__(kWs ? kWgmmaWsThreads : kWgmmaPrefillThreads, 
     if constexpr (decltype(late)::value) ptx::named_barrier_arrive<5, kThreads>();
     else ptx::named_barrier_arrive<6, kThreads>();
   };
+  int seg_length_next = 0;  // warp-specialised: the length of the next run's segment
   auto run = [&](auto late) {
     constexpr bool kLate = decltype(late)::value;  // warpgroup 1
     // ---- tile_begin: S, softmax; no P V yet ----------------------------------------------------
     if constexpr (kWs) {
       ptx::cp_async_wait<0>();
       ptx::named_barrier_sync<4, kThreads>();  // everyone's raw query landed
-      wait_full(0);
       r_n2 = load_keys(tile_begin + 2);
     } else {
       barrier_step(tile_begin, 0);  // the raw query and K(tile_begin) landed
@@ -1056,6 +1056,9 @@ __global__ void __launch_bounds__(kWs ? kWgmmaWsThreads : kWgmmaPrefillThreads, 
     if constexpr (kWs) __syncthreads();  // with the loader: it may refill stages 2 and 3
     if (kRope) build_query();
     if constexpr (kWs) {
+      // The first run's segment length (its record landed long ago): lands under the first tile.
+      if (kRope) seg_length_next = p.plan.segment_length[run_record().segment];
+      wait_full(0);  // K(tile_begin): its copies ran under the query's preparation
       if constexpr (kLate) pass_turn(late);  // warpgroup 0 goes first
       take_turn(late);
     }
@@ -1076,7 +1079,11 @@ __global__ void __launch_bounds__(kWs ? kWgmmaWsThreads : kWgmmaPrefillThreads, 
       int run_end = tile_end;
       if (kRope) {
         const TileInfo& rec = run_record();  // tile's
-        const int seg_length = p.plan.segment_length[rec.segment];  // lands during the rebuild
+        // Lands during the rebuild; warp-specialised: the first run's was loaded in the prologue,
+        // not to stall a one-segment CTA (no rebuild) at its loop's start.
+        int seg_length;
+        if constexpr (kWs) seg_length = seg_length_next;
+        else seg_length = p.plan.segment_length[rec.segment];
         if (rec.seg_start != q_seg_start) rebuild_query(rec.seg_start);
         run_end = min(tile_end, tile + (seg_length - rec.key0 + kTileKeys - 1) / kTileKeys);
         if constexpr (kWs) ti_run = stream.info_nb(run_end);  // lands under this run
@@ -1104,6 +1111,9 @@ __global__ void __launch_bounds__(kWs ? kWgmmaWsThreads : kWgmmaPrefillThreads, 
           if (lane == 0) ptx::mbarrier_arrive(empty_bar((it - 1) % S));
         }
         rescale_and_pack(scale);
+      }
+      if constexpr (kWs) {  // the next run's, from its record (landed under this run)
+        if (kRope && tile < tile_end) seg_length_next = p.plan.segment_length[ti_run.segment];
       }
     }
     // B(tile_end): warpgroup 1 passed it in its last iteration (or the prologue).
