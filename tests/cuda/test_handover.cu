@@ -123,7 +123,7 @@ TEST_CASE("the loader hand-over: cp.async.mbarrier.arrive.noinc", "[cuda][hopper
   check_handover<false, true>();
 }
 
-TEST_CASE("the loader hand-over: cp.async.wait_group then mbarrier.arrive, after setmaxnreg",
+TEST_CASE("the loader hand-over: cp.async.wait_group then mbarrier.arrive after setmaxnreg",
           "[cuda][hopper][handover]") {
   check_handover<true, false>();
 }
@@ -133,17 +133,17 @@ TEST_CASE("the loader hand-over: cp.async.wait_group then mbarrier.arrive",
   check_handover<false, false>();
 }
 
-TEST_CASE("the loader hand-over: noinc after setmaxnreg, the readers past a named barrier first",
+TEST_CASE("the loader hand-over: noinc after setmaxnreg and readers past a named barrier first",
           "[cuda][hopper][handover]") {
   check_handover<true, true, kPreNamed>();
 }
 
-TEST_CASE("the loader hand-over: noinc after setmaxnreg, the readers past an mbarrier first",
+TEST_CASE("the loader hand-over: noinc after setmaxnreg and readers past an mbarrier wait first",
           "[cuda][hopper][handover]") {
   check_handover<true, true, kPreMbarrier>();
 }
 
-TEST_CASE("the loader hand-over: noinc after setmaxnreg, the readers past both first",
+TEST_CASE("the loader hand-over: noinc after setmaxnreg and readers past both first",
           "[cuda][hopper][handover]") {
   check_handover<true, true, kPreNamed | kPreMbarrier>();
 }

@@ -950,15 +950,19 @@ __global__ void __launch_bounds__(kWs ? kWgmmaWsThreads : kWgmmaPrefillThreads, 
   // No branches between the wait for S and the exponentials: at a branch ptxas waits for every
   // wgmma in flight (P V too), and the softmax no longer runs under it (seen in the SASS).
   auto softmax = [&](const Rolled& ti, float (&scale)[2]) {
-    int bound[2];  // keys [0, bound) of the tile are visible to the row
+    // Keys [0, bound) of the tile are visible to the row; this thread's columns are
+    // 2 t4 + 8 n + {0, 1}, so the test is against bound - 2 t4 and the column's constant part
+    // (an immediate: the 16 column indices held in registers cost the RoPE build's loop 16
+    // instructions per tile where ptxas rematerialised them, H200 SASS of encode 4096).
+    int bound[2];
 #pragma unroll
     for (int h = 0; h < 2; ++h)
-      bound[h] = ti.is_tail ? min(ti.rows, last_visible[h] - ti.key0 + 1) : ti.rows;
+      bound[h] = (ti.is_tail ? min(ti.rows, last_visible[h] - ti.key0 + 1) : ti.rows) - 2 * t4;
 #pragma unroll
     for (int n = 0; n < 8; ++n)
 #pragma unroll
       for (int e = 0; e < 4; ++e)
-        s[4 * n + e] = 8 * n + 2 * t4 + (e & 1) < bound[e >> 1] ? s[4 * n + e] : -INFINITY;
+        s[4 * n + e] = 8 * n + (e & 1) < bound[e >> 1] ? s[4 * n + e] : -INFINITY;
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       float mx = -INFINITY;
@@ -1040,13 +1044,13 @@ __global__ void __launch_bounds__(kWs ? kWgmmaWsThreads : kWgmmaPrefillThreads, 
     if constexpr (decltype(late)::value) ptx::named_barrier_arrive<5, kThreads>();
     else ptx::named_barrier_arrive<6, kThreads>();
   };
-  int seg_length_next = 0;  // warp-specialised: the length of the next run's segment
   auto run = [&](auto late) {
     constexpr bool kLate = decltype(late)::value;  // warpgroup 1
     // ---- tile_begin: S, softmax; no P V yet ----------------------------------------------------
     if constexpr (kWs) {
       ptx::cp_async_wait<0>();
       ptx::named_barrier_sync<4, kThreads>();  // everyone's raw query landed
+      wait_full(0);
       r_n2 = load_keys(tile_begin + 2);
     } else {
       barrier_step(tile_begin, 0);  // the raw query and K(tile_begin) landed
@@ -1056,9 +1060,6 @@ __global__ void __launch_bounds__(kWs ? kWgmmaWsThreads : kWgmmaPrefillThreads, 
     if constexpr (kWs) __syncthreads();  // with the loader: it may refill stages 2 and 3
     if (kRope) build_query();
     if constexpr (kWs) {
-      // The first run's segment length (its record landed long ago): lands under the first tile.
-      if (kRope) seg_length_next = p.plan.segment_length[run_record().segment];
-      wait_full(0);  // K(tile_begin): its copies ran under the query's preparation
       if constexpr (kLate) pass_turn(late);  // warpgroup 0 goes first
       take_turn(late);
     }
@@ -1079,11 +1080,7 @@ __global__ void __launch_bounds__(kWs ? kWgmmaWsThreads : kWgmmaPrefillThreads, 
       int run_end = tile_end;
       if (kRope) {
         const TileInfo& rec = run_record();  // tile's
-        // Lands during the rebuild; warp-specialised: the first run's was loaded in the prologue,
-        // not to stall a one-segment CTA (no rebuild) at its loop's start.
-        int seg_length;
-        if constexpr (kWs) seg_length = seg_length_next;
-        else seg_length = p.plan.segment_length[rec.segment];
+        const int seg_length = p.plan.segment_length[rec.segment];  // lands during the rebuild
         if (rec.seg_start != q_seg_start) rebuild_query(rec.seg_start);
         run_end = min(tile_end, tile + (seg_length - rec.key0 + kTileKeys - 1) / kTileKeys);
         if constexpr (kWs) ti_run = stream.info_nb(run_end);  // lands under this run
@@ -1111,9 +1108,6 @@ __global__ void __launch_bounds__(kWs ? kWgmmaWsThreads : kWgmmaPrefillThreads, 
           if (lane == 0) ptx::mbarrier_arrive(empty_bar((it - 1) % S));
         }
         rescale_and_pack(scale);
-      }
-      if constexpr (kWs) {  // the next run's, from its record (landed under this run)
-        if (kRope && tile < tile_end) seg_length_next = p.plan.segment_length[ti_run.segment];
       }
     }
     // B(tile_end): warpgroup 1 passed it in its last iteration (or the prologue).
