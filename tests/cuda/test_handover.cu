@@ -8,7 +8,8 @@
 // setmaxnreg, the copies announced by cp.async.mbarrier.arrive.noinc or retired by
 // cp.async.wait_group before a plain arrive; and, as in the kernel (setmaxnreg, noinc), the
 // computing warps passing a named barrier of theirs alone (bar.sync 4, 256 threads) before their
-// reads, or waiting on an mbarrier the loader announced earlier copies on, or both.
+// reads, or waiting on an mbarrier the loader announced earlier copies on, or both; or past
+// named barriers the loader arrives at (the kernel's form).
 #include "support/catch.hpp"
 
 #include <cstdint>
@@ -27,7 +28,9 @@ constexpr int kCompute = 256, kLoad = 128, kElems = 256;  // 16-byte elements (4
 // What the computing warps pass before their reads (bits): their own named barrier, twice (as the
 // prologue's tables and raw query), and an mbarrier announcing copies into another buffer (as the
 // kernel's first K/V stage).
-enum : int { kPreNamed = 1, kPreMbarrier = 2 };
+// kPreNamedAll: the same two barriers over the whole CTA, the loader arriving (bar.arrive)
+// before its CTA barrier (the kernel's form since racecheck flagged kPreNamed).
+enum : int { kPreNamed = 1, kPreMbarrier = 2, kPreNamedAll = 4 };
 
 // out[t] = the element thread t read before the barrier (another thread's), out[kCompute + t] the
 // one it read after the loader's copies landed, out[2 kCompute + t] (kPreMbarrier) the early copy
@@ -54,6 +57,10 @@ __global__ void __launch_bounds__(kCompute + kLoad, 1) handover_probe(const uint
       ptx::cp_async_16(ptx::smem_addr(&early[l]), &src[(l * 3) % kElems]);
       ptx::cp_async_mbarrier_arrive_noinc(early_bar);
     }
+    if constexpr ((kPre & kPreNamedAll) != 0) {
+      ptx::named_barrier_arrive<7, kCompute + kLoad>();
+      ptx::named_barrier_arrive<4, kCompute + kLoad>();
+    }
     __syncthreads();  // the computing warps have read buf
     for (int i = l; i < kElems; i += kLoad) ptx::cp_async_16(ptx::smem_addr(&buf[i]), &src[i]);
     if constexpr (kNoInc) {
@@ -70,6 +77,10 @@ __global__ void __launch_bounds__(kCompute + kLoad, 1) handover_probe(const uint
   if constexpr ((kPre & kPreNamed) != 0) {
     ptx::named_barrier_sync<4, kCompute>();
     ptx::named_barrier_sync<4, kCompute>();
+  }
+  if constexpr ((kPre & kPreNamedAll) != 0) {
+    ptx::named_barrier_sync<7, kCompute + kLoad>();
+    ptx::named_barrier_sync<4, kCompute + kLoad>();
   }
   if constexpr ((kPre & kPreMbarrier) != 0) {
     ptx::mbarrier_wait(early_bar, 0);
@@ -146,4 +157,9 @@ TEST_CASE("the loader hand-over: noinc after setmaxnreg and readers past an mbar
 TEST_CASE("the loader hand-over: noinc after setmaxnreg and readers past both first",
           "[cuda][hopper][handover]") {
   check_handover<true, true, kPreNamed | kPreMbarrier>();
+}
+
+TEST_CASE("the loader hand-over: noinc after setmaxnreg and readers past CTA-wide named barriers",
+          "[cuda][hopper][handover]") {
+  check_handover<true, true, kPreNamedAll | kPreMbarrier>();
 }

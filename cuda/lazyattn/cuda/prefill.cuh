@@ -714,11 +714,22 @@ __global__ void __launch_bounds__(kWs ? kWgmmaWsThreads : kWgmmaPrefillThreads, 
       const int row_in = 2 * lwarp + lane / (D / 8);  // its first row; then every 8 rows
       const int slot_mask = (1 << p.page_size_log2) - 1;
       prefetch_tile_records(p.sched.tiles, tile_begin, tile_end, ltid, 128);
+      // The hand-over: this warpgroup also arrives at the computing warps' prologue barriers
+      // (7: the tables' inputs stored, 4: the raw query landed) before the CTA barrier, so that
+      // every barrier before the loader's writes into stages 2 and 3 spans the whole CTA.
+      // With those barriers over the computing warps alone, compute-sanitizer racecheck reported
+      // the prologue's reads against these writes as WAR hazards, as it does in the hand-over
+      // probe (tests/cuda/test_handover.cu) whose readers pass a barrier of their own first.
+      auto hand_over = [&] {
+        if constexpr (kRope) ptx::named_barrier_arrive<7, kWgmmaWsThreads>();
+        if (tile_begin < tile_end) ptx::named_barrier_arrive<4, kWgmmaWsThreads>();
+        __syncthreads();
+      };
       bool prologue_read = false;
       for (int tile = tile_begin, it = 0; tile < tile_end; ++tile, ++it) {
         const int stage = it % S;
         if (it == 2) {
-          __syncthreads();
+          hand_over();
           prologue_read = true;
         }
         if (it >= S) ptx::mbarrier_wait(empty_bar(stage), static_cast<std::uint32_t>((it / S - 1) & 1));
@@ -747,7 +758,7 @@ __global__ void __launch_bounds__(kWs ? kWgmmaWsThreads : kWgmmaPrefillThreads, 
         }
         ptx::cp_async_mbarrier_arrive_noinc(full_bar(stage));
       }
-      if (!prologue_read) __syncthreads();
+      if (!prologue_read) hand_over();
       ptx::cp_async_wait<0>();
       return;
     }
@@ -823,7 +834,7 @@ __global__ void __launch_bounds__(kWs ? kWgmmaWsThreads : kWgmmaPrefillThreads, 
   if (kRope) {
     for (int i = tid; i < 16 * kHalf; i += kThreads) cs_off[i] = offset_cs[i];
     for (int j = tid; j < kHalf; j += kThreads) s_turns[j] = turns[j];
-    if constexpr (kWs) ptx::named_barrier_sync<4, kThreads>();  // the computing warpgroups
+    if constexpr (kWs) ptx::named_barrier_sync<7, kWgmmaWsThreads>();  // the loader arrives
     else __syncthreads();
     const int coarse_rows = (kPrefillRows / G + 15) / 16;
     for (int i = tid; i < coarse_rows * kHalf; i += kThreads)
@@ -950,19 +961,15 @@ __global__ void __launch_bounds__(kWs ? kWgmmaWsThreads : kWgmmaPrefillThreads, 
   // No branches between the wait for S and the exponentials: at a branch ptxas waits for every
   // wgmma in flight (P V too), and the softmax no longer runs under it (seen in the SASS).
   auto softmax = [&](const Rolled& ti, float (&scale)[2]) {
-    // Keys [0, bound) of the tile are visible to the row; this thread's columns are
-    // 2 t4 + 8 n + {0, 1}, so the test is against bound - 2 t4 and the column's constant part
-    // (an immediate: the 16 column indices held in registers cost the RoPE build's loop 16
-    // instructions per tile where ptxas rematerialised them, H200 SASS of encode 4096).
-    int bound[2];
+    int bound[2];  // keys [0, bound) of the tile are visible to the row
 #pragma unroll
     for (int h = 0; h < 2; ++h)
-      bound[h] = (ti.is_tail ? min(ti.rows, last_visible[h] - ti.key0 + 1) : ti.rows) - 2 * t4;
+      bound[h] = ti.is_tail ? min(ti.rows, last_visible[h] - ti.key0 + 1) : ti.rows;
 #pragma unroll
     for (int n = 0; n < 8; ++n)
 #pragma unroll
       for (int e = 0; e < 4; ++e)
-        s[4 * n + e] = 8 * n + (e & 1) < bound[e >> 1] ? s[4 * n + e] : -INFINITY;
+        s[4 * n + e] = 8 * n + 2 * t4 + (e & 1) < bound[e >> 1] ? s[4 * n + e] : -INFINITY;
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       float mx = -INFINITY;
@@ -1049,7 +1056,7 @@ __global__ void __launch_bounds__(kWs ? kWgmmaWsThreads : kWgmmaPrefillThreads, 
     // ---- tile_begin: S, softmax; no P V yet ----------------------------------------------------
     if constexpr (kWs) {
       ptx::cp_async_wait<0>();
-      ptx::named_barrier_sync<4, kThreads>();  // everyone's raw query landed
+      ptx::named_barrier_sync<4, kWgmmaWsThreads>();  // everyone's raw query landed
       wait_full(0);
       r_n2 = load_keys(tile_begin + 2);
     } else {
