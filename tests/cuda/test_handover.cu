@@ -9,7 +9,7 @@
 // cp.async.wait_group before a plain arrive; and, as in the kernel (setmaxnreg, noinc), the
 // computing warps passing a named barrier of theirs alone (bar.sync 4, 256 threads) before their
 // reads, or waiting on an mbarrier the loader announced earlier copies on, or both; or past
-// named barriers the loader arrives at (the kernel's form).
+// named barriers the loader arrives at, or CTA barriers (the kernel's form).
 #include "support/catch.hpp"
 
 #include <cstdint>
@@ -29,8 +29,9 @@ constexpr int kCompute = 256, kLoad = 128, kElems = 256;  // 16-byte elements (4
 // prologue's tables and raw query), and an mbarrier announcing copies into another buffer (as the
 // kernel's first K/V stage).
 // kPreNamedAll: the same two barriers over the whole CTA, the loader arriving (bar.arrive)
-// before its CTA barrier (the kernel's form since racecheck flagged kPreNamed).
-enum : int { kPreNamed = 1, kPreMbarrier = 2, kPreNamedAll = 4 };
+// before its CTA barrier.
+// kPreCta: CTA barriers instead (bar.sync 0, every thread).
+enum : int { kPreNamed = 1, kPreMbarrier = 2, kPreNamedAll = 4, kPreCta = 8 };
 
 // out[t] = the element thread t read before the barrier (another thread's), out[kCompute + t] the
 // one it read after the loader's copies landed, out[2 kCompute + t] (kPreMbarrier) the early copy
@@ -61,6 +62,10 @@ __global__ void __launch_bounds__(kCompute + kLoad, 1) handover_probe(const uint
       ptx::named_barrier_arrive<7, kCompute + kLoad>();
       ptx::named_barrier_arrive<4, kCompute + kLoad>();
     }
+    if constexpr ((kPre & kPreCta) != 0) {
+      __syncthreads();
+      __syncthreads();
+    }
     __syncthreads();  // the computing warps have read buf
     for (int i = l; i < kElems; i += kLoad) ptx::cp_async_16(ptx::smem_addr(&buf[i]), &src[i]);
     if constexpr (kNoInc) {
@@ -81,6 +86,10 @@ __global__ void __launch_bounds__(kCompute + kLoad, 1) handover_probe(const uint
   if constexpr ((kPre & kPreNamedAll) != 0) {
     ptx::named_barrier_sync<7, kCompute + kLoad>();
     ptx::named_barrier_sync<4, kCompute + kLoad>();
+  }
+  if constexpr ((kPre & kPreCta) != 0) {
+    __syncthreads();
+    __syncthreads();
   }
   if constexpr ((kPre & kPreMbarrier) != 0) {
     ptx::mbarrier_wait(early_bar, 0);
@@ -162,4 +171,9 @@ TEST_CASE("the loader hand-over: noinc after setmaxnreg and readers past both fi
 TEST_CASE("the loader hand-over: noinc after setmaxnreg and readers past CTA-wide named barriers",
           "[cuda][hopper][handover]") {
   check_handover<true, true, kPreNamedAll | kPreMbarrier>();
+}
+
+TEST_CASE("the loader hand-over: noinc after setmaxnreg and readers past CTA barriers first",
+          "[cuda][hopper][handover]") {
+  check_handover<true, true, kPreCta | kPreMbarrier>();
 }

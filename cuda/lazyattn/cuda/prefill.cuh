@@ -714,15 +714,16 @@ __global__ void __launch_bounds__(kWs ? kWgmmaWsThreads : kWgmmaPrefillThreads, 
       const int row_in = 2 * lwarp + lane / (D / 8);  // its first row; then every 8 rows
       const int slot_mask = (1 << p.page_size_log2) - 1;
       prefetch_tile_records(p.sched.tiles, tile_begin, tile_end, ltid, 128);
-      // The hand-over: this warpgroup also arrives at the computing warps' prologue barriers
-      // (7: the tables' inputs stored, 4: the raw query landed) before the CTA barrier, so that
-      // every barrier before the loader's writes into stages 2 and 3 spans the whole CTA.
-      // With those barriers over the computing warps alone, compute-sanitizer racecheck reported
-      // the prologue's reads against these writes as WAR hazards, as it does in the hand-over
-      // probe (tests/cuda/test_handover.cu) whose readers pass a barrier of their own first.
+      // The hand-over: this warpgroup also passes the computing warps' prologue barriers (the
+      // tables' inputs stored; the raw query landed), CTA barriers, then the one that lets it
+      // write stages 2 and 3. With the first two over the computing warps alone (named
+      // barriers), or over the whole CTA with this warpgroup arriving (bar.arrive),
+      // compute-sanitizer racecheck reported the prologue's reads against these writes as WAR
+      // hazards; so it did in the hand-over probe (tests/cuda/test_handover.cu), a race-free
+      // program, whenever its readers passed a named barrier before the CTA barrier.
       auto hand_over = [&] {
-        if constexpr (kRope) ptx::named_barrier_arrive<7, kWgmmaWsThreads>();
-        if (tile_begin < tile_end) ptx::named_barrier_arrive<4, kWgmmaWsThreads>();
+        if constexpr (kRope) __syncthreads();
+        if (tile_begin < tile_end) __syncthreads();
         __syncthreads();
       };
       bool prologue_read = false;
@@ -834,8 +835,7 @@ __global__ void __launch_bounds__(kWs ? kWgmmaWsThreads : kWgmmaPrefillThreads, 
   if (kRope) {
     for (int i = tid; i < 16 * kHalf; i += kThreads) cs_off[i] = offset_cs[i];
     for (int j = tid; j < kHalf; j += kThreads) s_turns[j] = turns[j];
-    if constexpr (kWs) ptx::named_barrier_sync<7, kWgmmaWsThreads>();  // the loader arrives
-    else __syncthreads();
+    __syncthreads();  // warp-specialised: the loader too (its hand_over)
     const int coarse_rows = (kPrefillRows / G + 15) / 16;
     for (int i = tid; i < coarse_rows * kHalf; i += kThreads)
       cs_q[i] = rope_cos_sin(m_first + 16 * (i / kHalf), s_turns[i % kHalf]);
@@ -1056,7 +1056,7 @@ __global__ void __launch_bounds__(kWs ? kWgmmaWsThreads : kWgmmaPrefillThreads, 
     // ---- tile_begin: S, softmax; no P V yet ----------------------------------------------------
     if constexpr (kWs) {
       ptx::cp_async_wait<0>();
-      ptx::named_barrier_sync<4, kWgmmaWsThreads>();  // everyone's raw query landed
+      __syncthreads();  // everyone's raw query landed (the loader passes it in its hand_over)
       wait_full(0);
       r_n2 = load_keys(tile_begin + 2);
     } else {
