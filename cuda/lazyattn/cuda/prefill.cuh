@@ -703,8 +703,8 @@ __global__ void __launch_bounds__(kWs ? kWgmmaWsThreads : kWgmmaPrefillThreads, 
     if (tid >= kThreads) {
       ptx::setmaxnreg_dec<24>();
       // Stages 2 and 3 hold the prologue's tables and raw query until the computing warps have
-      // read them: a CTA barrier (barrier 0, every thread once: here before stage 2, there after
-      // the prologue) orders their reads before these writes.
+      // read them: a CTA barrier (here in hand_over before stage 2, there after the prologue)
+      // orders their reads before these writes.
       const int ltid = tid - kThreads;
       const int lwarp = ltid >> 5;
       const T* k_head = static_cast<const T*>(p.k_pool) + kv_head * p.head_stride;
