@@ -536,6 +536,17 @@ inline constexpr int kWgmmaWsThreads = kWgmmaPrefillThreads + 128;
 // query straight to R(m - s) into the fragments (no fp32 R(m) q, no build pass: encode 4096 equal,
 // RAG tail 1% slower), the loader retiring and fencing its own copies before it arrives on full
 // (the computing warps' per-tile fence gone: 2-5% slower).
+// LAZYATTN_PREFILL_WS_MASK_SPLIT (EXPERIMENTAL, default 0, written 2026-11-30, NOT YET RUN on a
+//                            GPU): the warp-specialised tile loop takes one of two bodies per
+//                            tile, chosen at its top (no wgmma in flight there): the softmax
+//                            with the mask (a partial tile, or a tail tile that some row of the
+//                            CTA cannot wholly see) or without it (no bound, no 32 compares and
+//                            selects; in the RoPE build's SASS one warpgroup's loop also
+//                            recomputed the mask's 16 column indices every tile). Most tiles
+//                            need no mask (encode 4096: all but the last one or two of a CTA).
+#ifndef LAZYATTN_PREFILL_WS_MASK_SPLIT
+#define LAZYATTN_PREFILL_WS_MASK_SPLIT 0
+#endif
 struct WgmmaPrefillShape {
   static constexpr int D = 128;
   static constexpr int kTileBytes = kTileKeys * D * 2;      // 16 KiB
@@ -956,20 +967,24 @@ __global__ void __launch_bounds__(kWs ? kWgmmaWsThreads : kWgmmaPrefillThreads, 
   // The last tail key each of this thread's two rows sees, relative to the tail's first key.
   const int last_visible[2] = {causal_offset + i_first + row_a / G,
                                causal_offset + i_first + (row_a + 8) / G};
+  [[maybe_unused]] const int first_visible = causal_offset + i_first;  // its first row's: least
   // Masks S for tile `ti` (keys past its rows; the tail's causal bound), takes the new row maxima
   // and turns S into P = 2^(S - max) with the row sums; returns the factors that rescale O.
   // No branches between the wait for S and the exponentials: at a branch ptxas waits for every
   // wgmma in flight (P V too), and the softmax no longer runs under it (seen in the SASS).
-  auto softmax = [&](const Rolled& ti, float (&scale)[2]) {
-    int bound[2];  // keys [0, bound) of the tile are visible to the row
+  // `masked` (compile time): false for a tile every row sees whole (LAZYATTN_PREFILL_WS_MASK_SPLIT).
+  auto softmax = [&](const Rolled& ti, float (&scale)[2], auto masked) {
+    if constexpr (decltype(masked)::value) {
+      int bound[2];  // keys [0, bound) of the tile are visible to the row
 #pragma unroll
-    for (int h = 0; h < 2; ++h)
-      bound[h] = ti.is_tail ? min(ti.rows, last_visible[h] - ti.key0 + 1) : ti.rows;
+      for (int h = 0; h < 2; ++h)
+        bound[h] = ti.is_tail ? min(ti.rows, last_visible[h] - ti.key0 + 1) : ti.rows;
 #pragma unroll
-    for (int n = 0; n < 8; ++n)
+      for (int n = 0; n < 8; ++n)
 #pragma unroll
-      for (int e = 0; e < 4; ++e)
-        s[4 * n + e] = 8 * n + 2 * t4 + (e & 1) < bound[e >> 1] ? s[4 * n + e] : -INFINITY;
+        for (int e = 0; e < 4; ++e)
+          s[4 * n + e] = 8 * n + 2 * t4 + (e & 1) < bound[e >> 1] ? s[4 * n + e] : -INFINITY;
+    }
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       float mx = -INFINITY;
@@ -1076,7 +1091,7 @@ __global__ void __launch_bounds__(kWs ? kWgmmaWsThreads : kWgmmaPrefillThreads, 
     ptx::wgmma_wait<0>();
     fence_operands(s);
     float scale[2];
-    softmax(r_cur, scale);
+    softmax(r_cur, scale, std::true_type{});
     rescale_and_pack(scale);
 
     // Runs of tiles of one segment; between two runs (no wgmma in flight), the next segment's
@@ -1092,7 +1107,8 @@ __global__ void __launch_bounds__(kWs ? kWgmmaWsThreads : kWgmmaPrefillThreads, 
         run_end = min(tile_end, tile + (seg_length - rec.key0 + kTileKeys - 1) / kTileKeys);
         if constexpr (kWs) ti_run = stream.info_nb(run_end);  // lands under this run
       }
-      for (; tile < run_end; ++tile, ++it) {
+      // One tile of the run; `masked` as softmax's.
+      auto tile_step = [&](auto masked) {
         if constexpr (kWs) wait_full(it);
         else if constexpr (!kLate) barrier_step(tile, it);
         r_cur = r_next;
@@ -1107,7 +1123,7 @@ __global__ void __launch_bounds__(kWs ? kWgmmaWsThreads : kWgmmaPrefillThreads, 
         if constexpr (kLate && !kWs) barrier_step(tile + 1, it + 1);
         ptx::wgmma_wait<1>();
         fence_operands(s);
-        softmax(r_cur, scale);
+        softmax(r_cur, scale, masked);
         ptx::wgmma_wait<0>();
         fence_operands(o);
         // Stage it - 1 (K read by S(tile - 1), V by P V just now) is free for this warp.
@@ -1115,6 +1131,19 @@ __global__ void __launch_bounds__(kWs ? kWgmmaWsThreads : kWgmmaPrefillThreads, 
           if (lane == 0) ptx::mbarrier_arrive(empty_bar((it - 1) % S));
         }
         rescale_and_pack(scale);
+      };
+      for (; tile < run_end; ++tile, ++it) {
+        if constexpr (kWs && LAZYATTN_PREFILL_WS_MASK_SPLIT) {
+          // r_next is this tile's (tile_step shifts it into r_cur). The test is the same for the
+          // whole CTA (its first row sees the fewest tail keys), so both warpgroups take the
+          // same body, and nothing is in flight at this branch.
+          const bool whole = r_next.rows == kTileKeys &&
+                             (!r_next.is_tail || r_next.key0 + kTileKeys - 1 <= first_visible);
+          if (whole) tile_step(std::false_type{});
+          else tile_step(std::true_type{});
+        } else {
+          tile_step(std::true_type{});
+        }
       }
     }
     // B(tile_end): warpgroup 1 passed it in its last iteration (or the prologue).
