@@ -507,8 +507,9 @@ __global__ void __launch_bounds__(PrefillShape<D>::kThreads, PrefillShape<D>::kM
 }
 
 // The same prefill on Hopper's warpgroup MMA (PrefillKernel::kWgmma; kAuto picks its
-// warp-specialised form, kWgmmaWs, described after this list, where it applies): head dim 128, 16-bit, local form with full rotate-half rotary dims (everything else
-// runs on the mma.sync kernel above). Two warpgroups own 64 query rows each of the CTA's 128.
+// warp-specialised form, kWgmmaWs, described after this list, where it applies): head dim 128,
+// 16-bit, local form with full rotate-half rotary dims (everything else runs on the mma.sync
+// kernel above). Two warpgroups own 64 query rows each of the CTA's 128.
 //  - K/V: a ring of kWgmmaStages tiles loaded by cp.async (all threads) in the blocked
 //    128-byte-swizzle layout wgmma's descriptors read; K issued two tiles ahead, V one; one CTA
 //    barrier per tile.
@@ -744,7 +745,8 @@ __global__ void __launch_bounds__(kWs ? kWgmmaWsThreads : kWgmmaPrefillThreads, 
           hand_over();
           prologue_read = true;
         }
-        if (it >= S) ptx::mbarrier_wait(empty_bar(stage), static_cast<std::uint32_t>((it / S - 1) & 1));
+        if (it >= S)
+          ptx::mbarrier_wait(empty_bar(stage), static_cast<std::uint32_t>((it / S - 1) & 1));
         const TileInfo ti = p.sched.tiles[tile];
         // TileStream::issue's gather without its page id per row (8 registers the loader does
         // not have): the tile's pages (key0 is a multiple of 64, so at most 64 / page_size of
@@ -972,7 +974,8 @@ __global__ void __launch_bounds__(kWs ? kWgmmaWsThreads : kWgmmaPrefillThreads, 
   // and turns S into P = 2^(S - max) with the row sums; returns the factors that rescale O.
   // No branches between the wait for S and the exponentials: at a branch ptxas waits for every
   // wgmma in flight (P V too), and the softmax no longer runs under it (seen in the SASS).
-  // `masked` (compile time): false for a tile every row sees whole (LAZYATTN_PREFILL_WS_MASK_SPLIT).
+  // `masked` (compile time): false for a tile every row sees whole
+  // (LAZYATTN_PREFILL_WS_MASK_SPLIT).
   auto softmax = [&](const Rolled& ti, float (&scale)[2], auto masked) {
     if constexpr (decltype(masked)::value) {
       int bound[2];  // keys [0, bound) of the tile are visible to the row
