@@ -537,17 +537,6 @@ inline constexpr int kWgmmaWsThreads = kWgmmaPrefillThreads + 128;
 // query straight to R(m - s) into the fragments (no fp32 R(m) q, no build pass: encode 4096 equal,
 // RAG tail 1% slower), the loader retiring and fencing its own copies before it arrives on full
 // (the computing warps' per-tile fence gone: 2-5% slower).
-// LAZYATTN_PREFILL_WS_MASK_SPLIT (EXPERIMENTAL, default 0, written 2026-11-30, NOT YET RUN on a
-//                            GPU): the warp-specialised tile loop takes one of two bodies per
-//                            tile, chosen at its top (no wgmma in flight there): the softmax
-//                            with the mask (a partial tile, or a tail tile that some row of the
-//                            CTA cannot wholly see) or without it (no bound, no 32 compares and
-//                            selects; in the RoPE build's SASS one warpgroup's loop also
-//                            recomputed the mask's 16 column indices every tile). Most tiles
-//                            need no mask (encode 4096: all but the last one or two of a CTA).
-#ifndef LAZYATTN_PREFILL_WS_MASK_SPLIT
-#define LAZYATTN_PREFILL_WS_MASK_SPLIT 0
-#endif
 struct WgmmaPrefillShape {
   static constexpr int D = 128;
   static constexpr int kTileBytes = kTileKeys * D * 2;      // 16 KiB
@@ -974,8 +963,7 @@ __global__ void __launch_bounds__(kWs ? kWgmmaWsThreads : kWgmmaPrefillThreads, 
   // and turns S into P = 2^(S - max) with the row sums; returns the factors that rescale O.
   // No branches between the wait for S and the exponentials: at a branch ptxas waits for every
   // wgmma in flight (P V too), and the softmax no longer runs under it (seen in the SASS).
-  // `masked` (compile time): false for a tile every row sees whole
-  // (LAZYATTN_PREFILL_WS_MASK_SPLIT).
+  // `masked` (compile time): false for a tile every row sees whole (warp-specialised form).
   auto softmax = [&](const Rolled& ti, float (&scale)[2], auto masked) {
     if constexpr (decltype(masked)::value) {
       int bound[2];  // keys [0, bound) of the tile are visible to the row
@@ -1135,8 +1123,11 @@ __global__ void __launch_bounds__(kWs ? kWgmmaWsThreads : kWgmmaPrefillThreads, 
         }
         rescale_and_pack(scale);
       };
+      // Warp-specialised: the body without the mask where every row sees the whole tile (1-3%
+      // faster on the H200 than one masked body, both builds: bench/results/
+      // 2026-11-30-h200-prefill-trim/, call m). The two-warpgroup form keeps one body.
       for (; tile < run_end; ++tile, ++it) {
-        if constexpr (kWs && LAZYATTN_PREFILL_WS_MASK_SPLIT) {
+        if constexpr (kWs) {
           // r_next is this tile's (tile_step shifts it into r_cur). The test is the same for the
           // whole CTA (its first row sees the fewest tail keys), so both warpgroups take the
           // same body, and nothing is in flight at this branch.
