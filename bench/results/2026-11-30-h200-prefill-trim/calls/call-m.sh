@@ -1,6 +1,7 @@
 #!/bin/bash
-# Prepared 2026-11-30, NOT RUN (this session's device time was spent): the experimental
-# LAZYATTN_PREFILL_WS_MASK_SPLIT=1 (the warp-specialised tile loop skips the causal mask on the
+# Prepared 2026-11-30 (compiled, not run that session); run as call m at the start of the next
+# session (11:50 UTC, commit d29ed5f, H200): LAZYATTN_PREFILL_WS_MASK_SPLIT=1 (the warp-
+# specialised tile loop skips the causal mask on the
 # tiles every row sees whole; aimed at encode 4096's RoPE overhead, whose RoPE build recomputed
 # the mask's column indices every tile) against the default build of the same commit: its
 # [prefill] and [hopper] tests, memcheck and racecheck on the prefill sweep and the short wgmma
