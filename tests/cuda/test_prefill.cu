@@ -155,6 +155,25 @@ TEST_CASE("the wgmma prefill kernel on RAG tails and long query runs", "[cuda][p
   }
 }
 
+// Requests of one segment each (their tails, no documents), at large positions: the plan the
+// warp-specialised kernel's one-segment form takes (the encodings' case, here with tails that
+// start past 0 and queries that start past the tail's first key).
+TEST_CASE("the wgmma prefill kernels on requests of one segment", "[cuda][prefill][hopper]") {
+  int i = 0;
+  for (std::int64_t nq : {1, 17, 129, 300}) {
+    ScenarioSpec spec = wgmma_rag_spec(nq, 16 << (i % 3));
+    spec.docs_per_request = 0;
+    spec.num_requests = 3;
+    spec.num_queries = {nq, 33, 70};
+    spec.base_position = i++ % 2 ? std::int64_t{1} << 40 : (std::int64_t{1} << 24) - 3000;
+    REQUIRE(wgmma_applies(spec));
+    test::ref::Scenario sc = test::ref::make_scenario(spec);
+    for (const RequestLayout& r : sc.layouts) REQUIRE(r.segments.size() == 1);
+    INFO(spec << "\n" << sc.layout_text);
+    check_prefill(sc);
+  }
+}
+
 TEST_CASE("prefill matches the float64 reference within 2x the eager error", "[cuda][prefill]") {
   const int kCases = std::max(1, test::options().cuda_cases / 2);
   for (int c = 0; c < kCases; ++c) {

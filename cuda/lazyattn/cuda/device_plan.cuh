@@ -53,6 +53,10 @@ class DevicePlan {
     detail::Packer pk;
     has_raw_segments_ = std::any_of(plan.segment_form.begin(), plan.segment_form.end(),
                                     [](std::uint8_t f) { return f == static_cast<std::uint8_t>(StorageForm::kRaw); });
+    single_segment_requests_ = true;
+    for (std::size_t b = 0; b + 1 < plan.request_segment_indptr.size(); ++b)
+      if (plan.request_segment_indptr[b + 1] - plan.request_segment_indptr[b] > 1)
+        single_segment_requests_ = false;
     view_.num_requests = plan.num_requests();
     view_.num_segments = plan.num_segments();
     view_.num_queries = plan.num_queries();
@@ -132,6 +136,9 @@ class DevicePlan {
   const PlanView& view() const { return view_; }
   // Whether the uploaded plan has a raw-form segment (kernels that handle local form only ask).
   bool has_raw_segments() const { return has_raw_segments_; }
+  // Whether every request has at most one segment (document encodings, chunks of a tail
+  // without documents): the warp-specialised prefill then builds each query once.
+  bool single_segment_requests() const { return single_segment_requests_; }
   const DecodeScheduleView& schedule() const { return sched_; }
 
   // The schedule must be the one made for this plan: its tile records copy each segment's form,
@@ -164,6 +171,7 @@ class DevicePlan {
  private:
   PlanView view_;
   bool has_raw_segments_ = false;
+  bool single_segment_requests_ = false;
   DecodeScheduleView sched_;
   DeviceBuffer<std::byte> buffer_;
   void* staging_ = nullptr;

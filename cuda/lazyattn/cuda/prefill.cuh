@@ -537,6 +537,16 @@ inline constexpr int kWgmmaWsThreads = kWgmmaPrefillThreads + 128;
 // query straight to R(m - s) into the fragments (no fp32 R(m) q, no build pass: encode 4096 equal,
 // RAG tail 1% slower), the loader retiring and fencing its own copies before it arrives on full
 // (the computing warps' per-tile fence gone: 2-5% slower).
+// LAZYATTN_PREFILL_WS_ONE_SEGMENT (EXPERIMENTAL, default 0, written 2026-11-30, NOT YET RUN on a
+//                            GPU): the launcher takes the warp-specialised kernel's one-segment
+//                            form (kOneSeg) for plans whose requests have one segment each (the
+//                            encodings): query rotated once, straight to R(m - s), no rebuild
+//                            code; aimed at encode 4096's RoPE overhead (call n: 1,934 more
+//                            prologue stall samples than RoPE off, and the same 682-instruction
+//                            tile loop with 7% more samples).
+#ifndef LAZYATTN_PREFILL_WS_ONE_SEGMENT
+#define LAZYATTN_PREFILL_WS_ONE_SEGMENT 0
+#endif
 struct WgmmaPrefillShape {
   static constexpr int D = 128;
   static constexpr int kTileBytes = kTileKeys * D * 2;      // 16 KiB
@@ -624,6 +634,38 @@ __device__ __noinline__ void wgmma_rotate_query(const T* q_raw, float2* q_pre, c
   }
 }
 
+// The one-segment prologue's rotation, out of line (as wgmma_rotate_query, whose tables it
+// reads): R(m - s) q, the scale folded into the coarse table, rounded once into the A fragments
+// of this thread (q_frag[kk][tid] as store_fragments lays them out), for a CTA whose keys all lie
+// in one segment: no fp32 R(m) q and no build pass.
+template <class T>
+__device__ __noinline__ void wgmma_rotate_query_frag(const T* q_raw, uint4* q_frag,
+                                                     const float2* cs_q, const float2* cs_off,
+                                                     int row_a, int G, int t4, int tid) {
+  constexpr int D = 128, kHalf = D / 2;
+  const int ia = row_a / G, ib = (row_a + 8) / G;
+#pragma unroll
+  for (int kk = 0; kk < D / 32; ++kk) {
+    std::uint32_t lo[4], hi[4];
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const int row = row_a + 8 * (r & 1);
+      const int col = 16 * kk + 2 * t4 + 8 * (r >> 1);
+      float2 x, y;
+      wgmma_query_pairs(q_raw, row, col, x, y);
+      const int i = (r & 1) ? ib : ia;
+      const float2* coarse = cs_q + (i >> 4) * kHalf + col;
+      const float2* fine = cs_off + (i & 15) * kHalf + col;
+      rotate_pair(x.x, y.x, combine_angles(coarse[0], fine[0]));
+      rotate_pair(x.y, y.y, combine_angles(coarse[1], fine[1]));
+      lo[r] = ptx::pack2<T>(x.x, x.y);
+      hi[r] = ptx::pack2<T>(y.x, y.y);
+    }
+    q_frag[kk * kWgmmaPrefillThreads + tid] = make_uint4(lo[0], lo[1], lo[2], lo[3]);
+    q_frag[(kk + D / 32) * kWgmmaPrefillThreads + tid] = make_uint4(hi[0], hi[1], hi[2], hi[3]);
+  }
+}
+
 // kWs (PrefillKernel::kWgmmaWs): warp-specialised, FlashAttention-3's division of labour.
 // Warpgroups 0 and 1 compute as above; warpgroup 2 (24 registers; the others take 240 with
 // setmaxnreg) streams the K/V tiles into the ring with cp.async and signals each stage on an
@@ -631,9 +673,13 @@ __device__ __noinline__ void wgmma_rotate_query(const T* q_raw, float2* q_pre, c
 // are done. The computing warpgroups no longer meet at a CTA barrier per tile nor issue loads;
 // they take turns issuing their wgmmas (two named barriers), so one's softmax runs under the
 // other's tensor-core work.
-template <class T, bool kRope, bool kWs = false>
+// kOneSeg (warp-specialised, RoPE on; the launcher picks it when every request has at most one
+// segment: document encodings, chunks of a tail without documents): the query is rotated once,
+// straight to R(m - s), and the code that rebuilds it between segments is compiled out.
+template <class T, bool kRope, bool kWs = false, bool kOneSeg = false>
 __global__ void __launch_bounds__(kWs ? kWgmmaWsThreads : kWgmmaPrefillThreads, 1)
     prefill_wgmma_kernel(const __grid_constant__ PrefillParams p) {
+  static_assert(!kOneSeg || (kRope && kWs), "the one-segment form is warp-specialised, RoPE on");
   using Shape = WgmmaPrefillShape;
   constexpr int D = Shape::D;
   constexpr int kThreads = kWgmmaPrefillThreads;
@@ -723,7 +769,7 @@ __global__ void __launch_bounds__(kWs ? kWgmmaWsThreads : kWgmmaPrefillThreads, 
       // hazards; so it did in the hand-over probe (tests/cuda/test_handover.cu), a race-free
       // program, whenever its readers passed a named barrier before the CTA barrier.
       auto hand_over = [&] {
-        if constexpr (kRope) __syncthreads();
+        if constexpr (kRope && !kOneSeg) __syncthreads();
         if (tile_begin < tile_end) __syncthreads();
         __syncthreads();
       };
@@ -834,7 +880,19 @@ __global__ void __launch_bounds__(kWs ? kWgmmaWsThreads : kWgmmaPrefillThreads, 
   };
   std::int64_t q_seg_start = first.seg_start;  // the segment the query is built for
   constexpr bool kQReg = kWs;  // qf holds the query between tiles (warp-specialised form)
-  if (kRope) {
+  const float q_scale = kRope ? p.sm_scale_log2 * p.rope.query_scale : p.sm_scale_log2;
+  if constexpr (kOneSeg) {
+    // Tables for R(m - s), the scale folded into the coarse one, each thread's angle steps read
+    // from global memory: no barrier before the raw query's (run's first), which orders these
+    // writes before every read (the loader passes one barrier fewer in its hand_over).
+    for (int i = tid; i < 16 * kHalf; i += kThreads) cs_off[i] = offset_cs[i];
+    const int coarse_rows = (kPrefillRows / G + 15) / 16;
+    const std::int64_t base = m_first - first.seg_start;
+    for (int i = tid; i < coarse_rows * kHalf; i += kThreads) {
+      const float2 c = rope_cos_sin(base + 16 * (i / kHalf), turns[i % kHalf]);
+      cs_q[i] = make_float2(c.x * q_scale, c.y * q_scale);
+    }
+  } else if (kRope) {
     for (int i = tid; i < 16 * kHalf; i += kThreads) cs_off[i] = offset_cs[i];
     for (int j = tid; j < kHalf; j += kThreads) s_turns[j] = turns[j];
     __syncthreads();  // warp-specialised: the loader too (its hand_over)
@@ -851,7 +909,6 @@ __global__ void __launch_bounds__(kWs ? kWgmmaWsThreads : kWgmmaPrefillThreads, 
   // Pair (col, col + 64) of fragment (kk, r), kk < 4, is q_pre entry 2 (4 kk + r) (dims col,
   // col + 1) and 2 (4 kk + r) + 1 (dims col + 64, col + 65).
   std::uint32_t qf[KSteps][4];
-  const float q_scale = kRope ? p.sm_scale_log2 * p.rope.query_scale : p.sm_scale_log2;
   auto store_fragments = [&] {
     if constexpr (!kQReg) {
 #pragma unroll
@@ -860,9 +917,17 @@ __global__ void __launch_bounds__(kWs ? kWgmmaWsThreads : kWgmmaPrefillThreads, 
     }
   };
   // Prologue (the raw query landed): R(m) q * scale into q_pre (kRope, out of line), or
-  // q * scale into qf.
+  // q * scale into qf; kOneSeg: R(m - s) q * scale into qf, through this thread's q_frag entries
+  // (out of line; its own entries, so no barrier).
   auto prepare_query = [&] {
-    if constexpr (kRope) {
+    if constexpr (kOneSeg) {
+      wgmma_rotate_query_frag<T>(q_raw, q_frag, cs_q, cs_off, row_a, G, t4, tid);
+#pragma unroll
+      for (int kk = 0; kk < KSteps; ++kk) {
+        const uint4 f = q_frag[kk * kThreads + tid];
+        qf[kk][0] = f.x, qf[kk][1] = f.y, qf[kk][2] = f.z, qf[kk][3] = f.w;
+      }
+    } else if constexpr (kRope) {
       wgmma_rotate_query<T>(q_raw, q_pre, cs_q, cs_off, row_a, G, t4, tid, q_scale);
     } else {
 #pragma unroll
@@ -1071,7 +1136,7 @@ __global__ void __launch_bounds__(kWs ? kWgmmaWsThreads : kWgmmaPrefillThreads, 
     }
     prepare_query();  // reads the raw query (stage 3) and the cos/sin tables (stage 2's V slot)
     if constexpr (kWs) __syncthreads();  // with the loader: it may refill stages 2 and 3
-    if (kRope) build_query();
+    if (kRope && !kOneSeg) build_query();
     if constexpr (kWs) {
       if constexpr (kLate) pass_turn(late);  // warpgroup 0 goes first
       take_turn(late);
@@ -1091,7 +1156,7 @@ __global__ void __launch_bounds__(kWs ? kWgmmaWsThreads : kWgmmaPrefillThreads, 
     int tile = tile_begin + 1, it = 1;
     while (tile < tile_end) {
       int run_end = tile_end;
-      if (kRope) {
+      if (kRope && !kOneSeg) {
         const TileInfo& rec = run_record();  // tile's
         const int seg_length = p.plan.segment_length[rec.segment];  // lands during the rebuild
         if (rec.seg_start != q_seg_start) rebuild_query(rec.seg_start);
@@ -1410,7 +1475,11 @@ inline void prefill(const PrefillArgs& args, const DevicePool& pool, const Devic
               LAZYATTN_CUDA_CHECK_LAUNCH();
             };
             if (ws) {
-              if (args.rope) launch_wgmma(detail::prefill_wgmma_kernel<T, true, true>);
+              const bool one_seg = LAZYATTN_PREFILL_WS_ONE_SEGMENT && args.rope &&
+                                   plan.single_segment_requests();
+              if (one_seg)
+                launch_wgmma(detail::prefill_wgmma_kernel<T, true, true, true>);
+              else if (args.rope) launch_wgmma(detail::prefill_wgmma_kernel<T, true, true>);
               else launch_wgmma(detail::prefill_wgmma_kernel<T, false, true>);
             } else {
               if (args.rope) launch_wgmma(detail::prefill_wgmma_kernel<T, true>);
