@@ -537,15 +537,15 @@ inline constexpr int kWgmmaWsThreads = kWgmmaPrefillThreads + 128;
 // query straight to R(m - s) into the fragments (no fp32 R(m) q, no build pass: encode 4096 equal,
 // RAG tail 1% slower), the loader retiring and fencing its own copies before it arrives on full
 // (the computing warps' per-tile fence gone: 2-5% slower).
-// LAZYATTN_PREFILL_WS_ONE_SEGMENT (EXPERIMENTAL, default 0, written 2026-11-30, NOT YET RUN on a
-//                            GPU): the launcher takes the warp-specialised kernel's one-segment
-//                            form (kOneSeg) for plans whose requests have one segment each (the
-//                            encodings): query rotated once, straight to R(m - s), no rebuild
-//                            code; aimed at encode 4096's RoPE overhead (call n: 1,934 more
-//                            prologue stall samples than RoPE off, and the same 682-instruction
-//                            tile loop with 7% more samples).
-#ifndef LAZYATTN_PREFILL_WS_ONE_SEGMENT
-#define LAZYATTN_PREFILL_WS_ONE_SEGMENT 0
+// LAZYATTN_PREFILL_WS_EARLY_ROTATE (EXPERIMENTAL, default 0, written 2026-11-30, NOT YET RUN on
+//                            a GPU): the warp-specialised RoPE builds rotate the query before
+//                            they wait for the first K tile, not after (call o: each computing
+//                            warpgroup spends about 500 stall samples of encode 4096 in that wait
+//                            and 860 in the rotation after it). e36e2c4 moved the wait after the
+//                            build together with a prologue load of the segment length and ran
+//                            2-7% slower (call h); this moves the wait alone.
+#ifndef LAZYATTN_PREFILL_WS_EARLY_ROTATE
+#define LAZYATTN_PREFILL_WS_EARLY_ROTATE 0
 #endif
 struct WgmmaPrefillShape {
   static constexpr int D = 128;
@@ -675,7 +675,9 @@ __device__ __noinline__ void wgmma_rotate_query_frag(const T* q_raw, uint4* q_fr
 // other's tensor-core work.
 // kOneSeg (warp-specialised, RoPE on; the launcher picks it when every request has at most one
 // segment: document encodings, chunks of a tail without documents): the query is rotated once,
-// straight to R(m - s), and the code that rebuilds it between segments is compiled out.
+// straight to R(m - s), and the code that rebuilds it between segments is compiled out. On the
+// H200: encode 4096 2.8% faster, encode 16384 0.1-1% (bench/results/
+// 2026-11-30-h200-prefill-prologue/, call o).
 template <class T, bool kRope, bool kWs = false, bool kOneSeg = false>
 __global__ void __launch_bounds__(kWs ? kWgmmaWsThreads : kWgmmaPrefillThreads, 1)
     prefill_wgmma_kernel(const __grid_constant__ PrefillParams p) {
@@ -1125,16 +1127,19 @@ __global__ void __launch_bounds__(kWs ? kWgmmaWsThreads : kWgmmaPrefillThreads, 
   auto run = [&](auto late) {
     constexpr bool kLate = decltype(late)::value;  // warpgroup 1
     // ---- tile_begin: S, softmax; no P V yet ----------------------------------------------------
+    // LAZYATTN_PREFILL_WS_EARLY_ROTATE: K(tile_begin) waited for after the query's rotation.
+    constexpr bool kEarly = kWs && kRope && LAZYATTN_PREFILL_WS_EARLY_ROTATE;
     if constexpr (kWs) {
       ptx::cp_async_wait<0>();
       __syncthreads();  // everyone's raw query landed (the loader passes it in its hand_over)
-      wait_full(0);
+      if constexpr (!kEarly) wait_full(0);
       r_n2 = load_keys(tile_begin + 2);
     } else {
       barrier_step(tile_begin, 0);  // the raw query and K(tile_begin) landed
       r_n2 = stream.v_info;  // tile_begin + 2
     }
     prepare_query();  // reads the raw query (stage 3) and the cos/sin tables (stage 2's V slot)
+    if constexpr (kEarly) wait_full(0);
     if constexpr (kWs) __syncthreads();  // with the loader: it may refill stages 2 and 3
     if (kRope && !kOneSeg) build_query();
     if constexpr (kWs) {
@@ -1475,9 +1480,7 @@ inline void prefill(const PrefillArgs& args, const DevicePool& pool, const Devic
               LAZYATTN_CUDA_CHECK_LAUNCH();
             };
             if (ws) {
-              const bool one_seg = LAZYATTN_PREFILL_WS_ONE_SEGMENT && args.rope &&
-                                   plan.single_segment_requests();
-              if (one_seg)
+              if (args.rope && plan.single_segment_requests())
                 launch_wgmma(detail::prefill_wgmma_kernel<T, true, true, true>);
               else if (args.rope) launch_wgmma(detail::prefill_wgmma_kernel<T, true, true>);
               else launch_wgmma(detail::prefill_wgmma_kernel<T, false, true>);
