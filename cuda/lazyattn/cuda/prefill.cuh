@@ -537,16 +537,6 @@ inline constexpr int kWgmmaWsThreads = kWgmmaPrefillThreads + 128;
 // query straight to R(m - s) into the fragments (no fp32 R(m) q, no build pass: encode 4096 equal,
 // RAG tail 1% slower), the loader retiring and fencing its own copies before it arrives on full
 // (the computing warps' per-tile fence gone: 2-5% slower).
-// LAZYATTN_PREFILL_WS_EARLY_ROTATE (EXPERIMENTAL, default 0, written 2026-11-30, NOT YET RUN on
-//                            a GPU): the warp-specialised RoPE builds rotate the query before
-//                            they wait for the first K tile, not after (call o: each computing
-//                            warpgroup spends about 500 stall samples of encode 4096 in that wait
-//                            and 860 in the rotation after it). e36e2c4 moved the wait after the
-//                            build together with a prologue load of the segment length and ran
-//                            2-7% slower (call h); this moves the wait alone.
-#ifndef LAZYATTN_PREFILL_WS_EARLY_ROTATE
-#define LAZYATTN_PREFILL_WS_EARLY_ROTATE 0
-#endif
 struct WgmmaPrefillShape {
   static constexpr int D = 128;
   static constexpr int kTileBytes = kTileKeys * D * 2;      // 16 KiB
@@ -1127,19 +1117,19 @@ __global__ void __launch_bounds__(kWs ? kWgmmaWsThreads : kWgmmaPrefillThreads, 
   auto run = [&](auto late) {
     constexpr bool kLate = decltype(late)::value;  // warpgroup 1
     // ---- tile_begin: S, softmax; no P V yet ----------------------------------------------------
-    // LAZYATTN_PREFILL_WS_EARLY_ROTATE: K(tile_begin) waited for after the query's rotation.
-    constexpr bool kEarly = kWs && kRope && LAZYATTN_PREFILL_WS_EARLY_ROTATE;
     if constexpr (kWs) {
       ptx::cp_async_wait<0>();
       __syncthreads();  // everyone's raw query landed (the loader passes it in its hand_over)
-      if constexpr (!kEarly) wait_full(0);
+      // K(tile_begin) before the query's rotation: after it, the RoPE builds ran 0.3-3% slower
+      // on the H200 though the computing warps wait here (bench/results/
+      // 2026-11-30-h200-prefill-prologue/, call p).
+      wait_full(0);
       r_n2 = load_keys(tile_begin + 2);
     } else {
       barrier_step(tile_begin, 0);  // the raw query and K(tile_begin) landed
       r_n2 = stream.v_info;  // tile_begin + 2
     }
     prepare_query();  // reads the raw query (stage 3) and the cos/sin tables (stage 2's V slot)
-    if constexpr (kEarly) wait_full(0);
     if constexpr (kWs) __syncthreads();  // with the loader: it may refill stages 2 and 3
     if (kRope && !kOneSeg) build_query();
     if constexpr (kWs) {
