@@ -751,6 +751,7 @@ __global__ void __launch_bounds__(kWs ? kWgmmaWsThreads : kWgmmaPrefillThreads, 
       T* stages = reinterpret_cast<T*>(smem + Shape::kStages);
       const int chunk = lane % (D / 8);      // the 16-byte chunk of a row this thread copies
       const int row_in = 2 * lwarp + lane / (D / 8);  // its first row; then every 8 rows
+      const int at_row_in = blocked_swizzle<D, kTileKeys>(row_in, chunk);
       const int slot_mask = (1 << p.page_size_log2) - 1;
       prefetch_tile_records(p.sched.tiles, tile_begin, tile_end, ltid, 128);
       // The hand-over: this warpgroup also passes the computing warps' prologue barriers (the
@@ -793,7 +794,10 @@ __global__ void __launch_bounds__(kWs ? kWgmmaWsThreads : kWgmmaPrefillThreads, 
           const std::int64_t off = static_cast<std::int64_t>(page) * p.page_stride +
                                    static_cast<std::int64_t>((ti.key0 + rr) & slot_mask) * D +
                                    chunk * 8;
-          const int at = blocked_swizzle<D, kTileKeys>(r, chunk);
+          // Row r = row_in + 8 i: the swizzle's phase (r % 8) is row_in's, so its offset is
+          // row_in's plus 8 i rows, a constant. Computed per row, ptxas kept eight offsets live
+          // across the loop and spilled them (11 local loads per tile in the RoPE build).
+          const int at = at_row_in + blocked_swizzle<D, kTileKeys>(8 * i, 0);
           ptx::cp_async_16(ptx::smem_addr(ks + at), k_head + off, valid);
           ptx::cp_async_16(ptx::smem_addr(vs + at), v_head + off, valid);
         }
