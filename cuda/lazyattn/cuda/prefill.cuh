@@ -1124,7 +1124,7 @@ __global__ void __launch_bounds__(kWs ? kWgmmaWsThreads : kWgmmaPrefillThreads, 
     if constexpr (kWs) {
       ptx::cp_async_wait<0>();
       __syncthreads();  // everyone's raw query landed (the loader passes it in its hand_over)
-      // K(tile_begin) before the query's rotation: after it, the RoPE builds ran 0.3-3% slower
+      // K(tile_begin) before the query's rotation: after it, the RoPE builds ran 0.4-2.8% slower
       // on the H200 though the computing warps wait here (bench/results/
       // 2026-11-30-h200-prefill-prologue/, call p).
       wait_full(0);
