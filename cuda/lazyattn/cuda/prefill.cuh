@@ -590,6 +590,26 @@ __device__ __forceinline__ int wgmma_q_pre_index(int kk, int r, int hi, int tid)
   return (2 * (4 * kk + r) + hi) * kWgmmaPrefillThreads + tid;
 }
 
+// A-fragment entry (kk, r) of the thread owning rows row_a, row_a + 8 (queries ia, ib) and
+// columns 16 kk + 2 t4 + {0, 1, 8, 9}: the raw pairs (col, col + 64) and (col + 1, col + 65) times
+// `scale`, rotated in fp32 by their query's angle, the coarse table at 16 (i / 16) combined with
+// the offset table at i % 16 (x: dims col, col + 1; y: dims col + 64, col + 65).
+template <class T>
+__device__ __forceinline__ void wgmma_rotated_query_pairs(const T* q_raw, const float2* cs_q,
+                                                          const float2* cs_off, int row_a, int ia,
+                                                          int ib, int t4, int kk, int r,
+                                                          float scale, float2& x, float2& y) {
+  constexpr int kHalf = 64;
+  const int col = 16 * kk + 2 * t4 + 8 * (r >> 1);
+  wgmma_query_pairs(q_raw, row_a + 8 * (r & 1), col, x, y);
+  x.x *= scale, x.y *= scale, y.x *= scale, y.y *= scale;
+  const int i = (r & 1) ? ib : ia;
+  const float2* coarse = cs_q + (i >> 4) * kHalf + col;
+  const float2* fine = cs_off + (i & 15) * kHalf + col;
+  rotate_pair(x.x, y.x, combine_angles(coarse[0], fine[0]));
+  rotate_pair(x.y, y.y, combine_angles(coarse[1], fine[1]));
+}
+
 // The wgmma kernel's prologue rotation, out of line: R(m) q * scale into q_pre, the angle of
 // query row i (= row / G) from the coarse table at 16 (i / 16) combined with the offset table at
 // i % 16. Thread `tid` owns rows row_a and row_a + 8 and the A-fragment columns
@@ -602,22 +622,14 @@ template <class T>
 __device__ __noinline__ void wgmma_rotate_query(const T* q_raw, float2* q_pre, const float2* cs_q,
                                                 const float2* cs_off, int row_a, int G, int t4,
                                                 int tid, float q_scale) {
-  constexpr int D = 128, kHalf = D / 2;
+  constexpr int D = 128;
   const int ia = row_a / G, ib = (row_a + 8) / G;
 #pragma unroll
   for (int kk = 0; kk < D / 32; ++kk) {
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
-      const int row = row_a + 8 * (r & 1);
-      const int col = 16 * kk + 2 * t4 + 8 * (r >> 1);
       float2 x, y;
-      wgmma_query_pairs(q_raw, row, col, x, y);
-      x.x *= q_scale, x.y *= q_scale, y.x *= q_scale, y.y *= q_scale;
-      const int i = (r & 1) ? ib : ia;
-      const float2* coarse = cs_q + (i >> 4) * kHalf + col;
-      const float2* fine = cs_off + (i & 15) * kHalf + col;
-      rotate_pair(x.x, y.x, combine_angles(coarse[0], fine[0]));
-      rotate_pair(x.y, y.y, combine_angles(coarse[1], fine[1]));
+      wgmma_rotated_query_pairs(q_raw, cs_q, cs_off, row_a, ia, ib, t4, kk, r, q_scale, x, y);
       q_pre[wgmma_q_pre_index(kk, r, 0, tid)] = x;
       q_pre[wgmma_q_pre_index(kk, r, 1, tid)] = y;
     }
@@ -632,22 +644,15 @@ template <class T>
 __device__ __noinline__ void wgmma_rotate_query_frag(const T* q_raw, uint4* q_frag,
                                                      const float2* cs_q, const float2* cs_off,
                                                      int row_a, int G, int t4, int tid) {
-  constexpr int D = 128, kHalf = D / 2;
+  constexpr int D = 128;
   const int ia = row_a / G, ib = (row_a + 8) / G;
 #pragma unroll
   for (int kk = 0; kk < D / 32; ++kk) {
     std::uint32_t lo[4], hi[4];
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
-      const int row = row_a + 8 * (r & 1);
-      const int col = 16 * kk + 2 * t4 + 8 * (r >> 1);
-      float2 x, y;
-      wgmma_query_pairs(q_raw, row, col, x, y);
-      const int i = (r & 1) ? ib : ia;
-      const float2* coarse = cs_q + (i >> 4) * kHalf + col;
-      const float2* fine = cs_off + (i & 15) * kHalf + col;
-      rotate_pair(x.x, y.x, combine_angles(coarse[0], fine[0]));
-      rotate_pair(x.y, y.y, combine_angles(coarse[1], fine[1]));
+      float2 x, y;  // the scale is in cs_q (x 1.0f folds away)
+      wgmma_rotated_query_pairs(q_raw, cs_q, cs_off, row_a, ia, ib, t4, kk, r, 1.0f, x, y);
       lo[r] = ptx::pack2<T>(x.x, x.y);
       hi[r] = ptx::pack2<T>(y.x, y.y);
     }
