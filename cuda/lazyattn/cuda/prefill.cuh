@@ -109,6 +109,21 @@ __device__ __forceinline__ int visible_tile_end(const TileInfo* tiles, int tile_
   return tile_end - (last.key0 / kTileKeys - max_visible_tail / kTileKeys);
 }
 
+// The key tiles a CTA of request b reads, [tile_begin, tile_end): one work item per request spans
+// all its tiles; the tail tiles none of the CTA's rows sees are dropped (visible_tile_end), and
+// split blockIdx.z takes its share of the rest.
+__device__ __forceinline__ void cta_tile_range(const PrefillParams& p, int b, int max_visible_tail,
+                                               int& tile_begin, int& tile_end) {
+  tile_begin = p.sched.work_tile_begin[b];
+  tile_end =
+      visible_tile_end(p.sched.tiles, tile_begin, p.sched.work_tile_end[b], max_visible_tail);
+  if (p.kv_splits > 1) {
+    const int n = tile_end - tile_begin, z = blockIdx.z;
+    tile_end = tile_begin + static_cast<int>(static_cast<std::int64_t>(n) * (z + 1) / p.kv_splits);
+    tile_begin += static_cast<int>(static_cast<std::int64_t>(n) * z / p.kv_splits);
+  }
+}
+
 // Writes a warp's rows of the rotated, scaled query (rows [row0, row0 + nrows) of q_rot) from the
 // raw ones: row r, at offset i = r / G from the CTA's first query, is rotated by the segment's
 // angle at 16 (i / 16) (`coarse`, per pair) combined with the offset i % 16 (`fine`), in fp32,
@@ -244,16 +259,8 @@ __global__ void __launch_bounds__(PrefillShape<D>::kThreads, PrefillShape<D>::kM
   const float2* offset_cs =
       p.rope.offset_cs + static_cast<std::int64_t>(rope_set) * p.rope.offset_rows * half;
 
-  // One work item per request spans all its tiles; drop trailing tail tiles no row can see, and
-  // take this split's share of the rest.
-  int tile_begin = p.sched.work_tile_begin[b];
-  int tile_end =
-      visible_tile_end(p.sched.tiles, tile_begin, p.sched.work_tile_end[b], max_visible_tail);
-  if (p.kv_splits > 1) {
-    const int n = tile_end - tile_begin, z = blockIdx.z;
-    tile_end = tile_begin + static_cast<int>(static_cast<std::int64_t>(n) * (z + 1) / p.kv_splits);
-    tile_begin += static_cast<int>(static_cast<std::int64_t>(n) * z / p.kv_splits);
-  }
+  int tile_begin, tile_end;
+  cta_tile_range(p, b, max_visible_tail, tile_begin, tile_end);
 
   // This thread's rows: m-tile mt, half h -> CTA row warp * 16 MT + 16 mt + g + 8 h.
   const int warp_row0 = warp * 16 * MT;
@@ -722,14 +729,8 @@ __global__ void __launch_bounds__(kWs ? kWgmmaWsThreads : kWgmmaPrefillThreads, 
   const float2* offset_cs =
       p.rope.offset_cs + static_cast<std::int64_t>(rope_set) * p.rope.offset_rows * kHalf;
 
-  int tile_begin = p.sched.work_tile_begin[b];
-  int tile_end =
-      visible_tile_end(p.sched.tiles, tile_begin, p.sched.work_tile_end[b], max_visible_tail);
-  if (p.kv_splits > 1) {
-    const int n = tile_end - tile_begin, z = blockIdx.z;
-    tile_end = tile_begin + static_cast<int>(static_cast<std::int64_t>(n) * (z + 1) / p.kv_splits);
-    tile_begin += static_cast<int>(static_cast<std::int64_t>(n) * z / p.kv_splits);
-  }
+  int tile_begin, tile_end;
+  cta_tile_range(p, b, max_visible_tail, tile_begin, tile_end);
 
   // Warp-specialised: barriers; then warpgroup 2 loads the ring and leaves.
   const std::uint32_t ws_bars = ptx::smem_addr(smem + Shape::kWsBars);
