@@ -129,17 +129,24 @@ ScenarioSpec wgmma_rag_spec(std::int64_t nq, int page_size = 16) {
   return spec;
 }
 
+// A scenario the wgmma kernels take, checked on every kernel and split count (check_prefill);
+// one_segment: every request must have one segment (the warp-specialised one-segment form).
+void check_wgmma_spec(const ScenarioSpec& spec, bool one_segment = false) {
+  REQUIRE(wgmma_applies(spec));
+  test::ref::Scenario sc = test::ref::make_scenario(spec);
+  if (one_segment)
+    for (const RequestLayout& r : sc.layouts) REQUIRE(r.segments.size() == 1);
+  INFO(spec << "\n" << sc.layout_text);
+  check_prefill(sc);
+}
+
 }  // namespace
 
 // Small enough for compute-sanitizer (scripts/gpu-check runs memcheck and racecheck on it): the
 // warp-specialised kernel's loader / computing-warpgroup hand-overs, one and several query tiles.
 TEST_CASE("the wgmma prefill kernels on short RAG tails", "[cuda][prefill][hopper]") {
   for (std::int64_t nq : {17, 130}) {
-    ScenarioSpec spec = wgmma_rag_spec(nq);
-    REQUIRE(wgmma_applies(spec));
-    test::ref::Scenario sc = test::ref::make_scenario(spec);
-    INFO(spec << "\n" << sc.layout_text);
-    check_prefill(sc);
+    check_wgmma_spec(wgmma_rag_spec(nq));
   }
 }
 
@@ -147,17 +154,14 @@ TEST_CASE("the wgmma prefill kernel on RAG tails and long query runs", "[cuda][p
   // Page sizes 16, 32 and 64 in turn (a 64-key tile spans four, two or one page).
   int i = 0;
   for (std::int64_t nq : {1, 17, 128, 129, 512, 2049}) {
-    ScenarioSpec spec = wgmma_rag_spec(nq, 16 << (i++ % 3));
-    REQUIRE(wgmma_applies(spec));
-    test::ref::Scenario sc = test::ref::make_scenario(spec);
-    INFO(spec << "\n" << sc.layout_text);
-    check_prefill(sc);
+    check_wgmma_spec(wgmma_rag_spec(nq, 16 << (i++ % 3)));
   }
 }
 
 // Requests of one segment each (their tails, no documents), at large positions: the plan the
 // warp-specialised kernel's one-segment form takes (the encodings' case, here with tails that
-// start past 0 and queries that start past the tail's first key).
+// start past 0 and queries that start past the tail's first key). scripts/gpu-check runs it under
+// memcheck and racecheck (`oneseg`).
 TEST_CASE("the wgmma prefill kernels on requests of one segment", "[cuda][prefill][hopper]") {
   int i = 0;
   for (std::int64_t nq : {1, 17, 129, 300}) {
@@ -166,11 +170,7 @@ TEST_CASE("the wgmma prefill kernels on requests of one segment", "[cuda][prefil
     spec.num_requests = 3;
     spec.num_queries = {nq, 33, 70};
     spec.base_position = i++ % 2 ? std::int64_t{1} << 40 : (std::int64_t{1} << 24) - 3000;
-    REQUIRE(wgmma_applies(spec));
-    test::ref::Scenario sc = test::ref::make_scenario(spec);
-    for (const RequestLayout& r : sc.layouts) REQUIRE(r.segments.size() == 1);
-    INFO(spec << "\n" << sc.layout_text);
-    check_prefill(sc);
+    check_wgmma_spec(spec, true);
   }
 }
 

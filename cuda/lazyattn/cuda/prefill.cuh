@@ -540,9 +540,10 @@ inline constexpr int kWgmmaWsThreads = kWgmmaPrefillThreads + 128;
 // Variants of the warp-specialised kernel measured on the H200 and dropped
 // (bench/results/2026-11-30-h200-prefill-ws/): the computing warpgroups issuing without turns
 // (RAG tail 1-2% slower), the query fragments in thread-private shared memory between tiles as
-// in the two-warpgroup form (2-4% slower with RoPE on), a CTA within one segment rotating its
-// query straight to R(m - s) into the fragments (no fp32 R(m) q, no build pass: encode 4096 equal,
-// RAG tail 1% slower), the loader retiring and fencing its own copies before it arrives on full
+// in the two-warpgroup form (2-4% slower with RoPE on), a CTA within one segment choosing at run
+// time, inline in the general kernel, to rotate its query straight to R(m - s) into the fragments
+// (encode 4096 equal, RAG tail 1% slower; the one-segment form, kOneSeg below, does it out of
+// line in a kernel of its own: 2.8% faster), the loader retiring and fencing its own copies before it arrives on full
 // (the computing warps' per-tile fence gone: 2-5% slower).
 struct WgmmaPrefillShape {
   static constexpr int D = 128;
