@@ -773,13 +773,9 @@ __global__ void __launch_bounds__(kWs ? kWgmmaWsThreads : kWgmmaPrefillThreads, 
         if (tile_begin < tile_end) __syncthreads();
         __syncthreads();
       };
-      bool prologue_read = false;
       for (int tile = tile_begin, it = 0; tile < tile_end; ++tile, ++it) {
         const int stage = it % S;
-        if (it == 2) {
-          hand_over();
-          prologue_read = true;
-        }
+        if (it == 2) hand_over();
         if (it >= S)
           ptx::mbarrier_wait(empty_bar(stage), static_cast<std::uint32_t>((it / S - 1) & 1));
         const TileInfo ti = p.sched.tiles[tile];
@@ -792,25 +788,30 @@ __global__ void __launch_bounds__(kWs ? kWgmmaWsThreads : kWgmmaPrefillThreads, 
         const int my_page = lane < npages ? p.plan.page_ids[first + lane] : 0;
         T* ks = stages + stage * 2 * kTileKeys * D;
         T* vs = ks + kTileKeys * D;
+        // Row r = row_in + 8 i, addressed from this tile's key_r = key0 + row_in: with r or
+        // row_in + 8 i in the loop, ptxas hoisted the seven row numbers out of it and, with 24
+        // registers, spilled lane, at_row_in and a flag (three local loads per tile, RoPE builds).
+        const int key_r = ti.key0 + row_in;
+        const int left = ti.rows - row_in;  // rows of the tile from row_in on
+        const int page0 = ti.key0 >> p.page_size_log2;
 #pragma unroll
         for (int i = 0; i < kTileKeys / 8; ++i) {
-          const int r = row_in + 8 * i;
-          const bool valid = r < ti.rows;
-          const int rr = valid ? r : 0;
-          const int page = __shfl_sync(0xffffffffu, my_page, rr >> p.page_size_log2);
+          const int key = key_r + 8 * i;
+          const bool valid = 8 * i < left;
+          // Past the tile's rows: the lane's page is beyond npages (page 0, read as 0 bytes).
+          const int page = __shfl_sync(0xffffffffu, my_page, (key >> p.page_size_log2) - page0);
           const std::int64_t off = static_cast<std::int64_t>(page) * p.page_stride +
-                                   static_cast<std::int64_t>((ti.key0 + rr) & slot_mask) * D +
-                                   chunk * 8;
-          // Row r = row_in + 8 i: the swizzle's phase (r % 8) is row_in's, so its offset is
-          // row_in's plus 8 i rows, a constant. Computed per row, ptxas kept eight offsets live
-          // across the loop and spilled them (11 local loads per tile in the RoPE build).
+                                   static_cast<std::int64_t>(key & slot_mask) * D + chunk * 8;
+          // Row r's swizzle phase (r % 8) is row_in's, so its offset is row_in's plus 8 i rows,
+          // a constant. Computed per row, ptxas kept eight offsets live across the loop and
+          // spilled them (11 local loads per tile in the RoPE build).
           const int at = at_row_in + blocked_swizzle<D, kTileKeys>(8 * i, 0);
           ptx::cp_async_16(ptx::smem_addr(ks + at), k_head + off, valid);
           ptx::cp_async_16(ptx::smem_addr(vs + at), v_head + off, valid);
         }
         ptx::cp_async_mbarrier_arrive_noinc(full_bar(stage));
       }
-      if (!prologue_read) hand_over();
+      if (tile_end - tile_begin <= 2) hand_over();  // the loop did not reach it == 2
       ptx::cp_async_wait<0>();
       return;
     }
