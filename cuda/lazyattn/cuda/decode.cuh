@@ -667,13 +667,29 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
     // before use_query's last one).
     if (fast_query && tile + 1 < tile_end) {
       const std::int64_t d1 = tile_delta(cur);
-      if (d1 != q_delta && cs_tag((tile + 1) & 1) == d1) {
-        build_fast(qbuf ^ 1, (tile + 1) & 1);
-        ahead_delta = d1;
-      }
-      if (tile + 2 < tile_end) {
-        const std::int64_t d2 = tile_delta(next);
-        if (d2 != d1 && cs_tag(tile & 1) != d2) precompute_angles(tile & 1, d2);
+      if constexpr (!kRawTiles) {
+        // Local build: only the next tile's record (loaded an iteration ago), its angles
+        // computed here when its segment differs (the tile after next's record, loaded this
+        // iteration, was the local form's largest stall: Nsight Compute, 64 x 4096). Angle
+        // buffer (tile + 1) & 1 last served tile - 1's query, built before this iteration's
+        // first barrier; query buffer qbuf ^ 1 was last read before it too.
+        if (d1 != q_delta) {
+          if (cs_tag((tile + 1) & 1) != d1) {
+            precompute_angles((tile + 1) & 1, d1);
+            __syncthreads();  // uniform: every thread sees the same tiles
+          }
+          build_fast(qbuf ^ 1, (tile + 1) & 1);
+          ahead_delta = d1;
+        }
+      } else {
+        if (d1 != q_delta && cs_tag((tile + 1) & 1) == d1) {
+          build_fast(qbuf ^ 1, (tile + 1) & 1);
+          ahead_delta = d1;
+        }
+        if (tile + 2 < tile_end) {
+          const std::int64_t d2 = tile_delta(next);
+          if (d2 != d1 && cs_tag(tile & 1) != d2) precompute_angles(tile & 1, d2);
+        }
       }
     }
   }
