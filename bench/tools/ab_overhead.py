@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
 """RoPE overhead per round from scripts/ab-bench tables (ab.txt): for each build column and shape,
-local / rope_off - 1 in every round, printed as a table and optionally plotted.
+MODE / rope_off - 1 in every round (MODE: local, or --mode raw), printed as a table and
+optionally plotted.
 
-  python3 bench/tools/ab_overhead.py [--plot OUT.png] [--title T] LABEL=AB.txt[:COLUMN] ...
+  python3 bench/tools/ab_overhead.py [--mode M] [--plot OUT.png] [--title T] LABEL=AB.txt[:COLUMN] ...
 
 LABEL names the series (e.g. the call), COLUMN the build column of that file (default: the
-first). Rows `<bench>/<shape>/local` and `<bench>/<shape>/rope_off` of one round pair up.
+first). Rows `<bench>/<shape>/MODE` and `<bench>/<shape>/rope_off` of one round pair up.
 """
 import argparse
 import re
@@ -13,8 +14,8 @@ import statistics
 import sys
 
 
-def read_rounds(path, column):
-    """[{shape: (local, rope_off)}] per round, for the build column `column` (or the first)."""
+def read_rounds(path, column, mode="local"):
+    """[{shape: (MODE, rope_off)}] per round, for the build column `column` (or the first)."""
     rounds, names, cur = [], None, None
     for line in open(path):
         m = re.match(r"## \S+ round \d+: shape (.*) \(us\)", line)
@@ -29,15 +30,16 @@ def read_rounds(path, column):
         col = names.index(column) if column else 0
         if col + 1 >= len(parts):
             continue
-        bench, _, mode = parts[0].rpartition("/")
-        if mode in ("local", "rope_off"):
-            cur.setdefault(bench, {})[mode] = float(parts[col + 1])
-    return [{s: (v["local"], v["rope_off"]) for s, v in r.items() if len(v) == 2} for r in rounds]
+        bench, _, name = parts[0].rpartition("/")
+        if name in (mode, "rope_off"):
+            cur.setdefault(bench, {})[name] = float(parts[col + 1])
+    return [{s: (v[mode], v["rope_off"]) for s, v in r.items() if len(v) == 2} for r in rounds]
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("series", nargs="+")
+    ap.add_argument("--mode", default="local", help="the RoPE mode against rope_off (local, raw)")
     ap.add_argument("--plot")
     ap.add_argument("--title", default="RoPE overhead per round (local / RoPE off - 1)")
     ap.add_argument("--target", type=float, help="a horizontal line at this overhead, in %%")
@@ -46,11 +48,11 @@ def main():
     for spec in a.series:
         label, _, rest = spec.partition("=")
         path, _, column = rest.partition(":")
-        for r in read_rounds(path, column or None):
+        for r in read_rounds(path, column or None, a.mode):
             for shape, (loc, off) in r.items():
                 data.setdefault(shape, []).append((label, 100.0 * (loc / off - 1.0)))
     if not data:
-        sys.exit("ab_overhead: no local / rope_off pairs found")
+        sys.exit(f"ab_overhead: no {a.mode} / rope_off pairs found")
     print("| shape | rounds | median | min | max | per round |")
     print("|---|---|---|---|---|---|")
     for shape, vals in data.items():
