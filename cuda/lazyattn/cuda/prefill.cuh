@@ -798,7 +798,8 @@ __global__ void __launch_bounds__(kWs ? kWgmmaWsThreads : kWgmmaPrefillThreads, 
         for (int i = 0; i < kTileKeys / 8; ++i) {
           const int key = key_r + 8 * i;
           const bool valid = 8 * i < left;
-          // Past the tile's rows: the lane's page is beyond npages (page 0, read as 0 bytes).
+          // Past the tile's rows the copy reads 0 bytes (valid false); its address stays in the
+          // pool: one of the tile's pages, or page 0 from a lane past npages.
           const int page = __shfl_sync(0xffffffffu, my_page, (key >> p.page_size_log2) - page0);
           const std::int64_t off = static_cast<std::int64_t>(page) * p.page_stride +
                                    static_cast<std::int64_t>(key & slot_mask) * D + chunk * 8;
