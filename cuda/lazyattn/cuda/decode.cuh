@@ -398,11 +398,8 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
     if (!fq_owner) return;
     const float2* cs = cs_query + cb * (D / 2);
     const bool m32 = kRawRows && raw8 && fq_row >= 8;
-    // Pair j's cos/sin for this thread's row.
-    auto angle = [&](int j) {
-      const float2 c = cs[j];
-      return m32 ? combine_angles(c, cs_m32[j]) : c;
-    };
+    // Pair j's cos/sin c for this thread's row (a further R(-32) where m32).
+    auto row_angle = [&](float2 c, int j) { return m32 ? combine_angles(c, cs_m32[j]) : c; };
     const std::uint32_t* xw = reinterpret_cast<const std::uint32_t*>(&q_x);
     const std::uint32_t* yw = reinterpret_cast<const std::uint32_t*>(&q_y);
     uint4 xo, yo;
@@ -412,14 +409,9 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
 #pragma unroll
       for (int w = 0; w < 4; ++w) {
         float2 x = ptx::unpack2<T>(xw[w]), y = ptx::unpack2<T>(yw[w]);
-        float4 c = *reinterpret_cast<const float4*>(cs + fq_a + 2 * w);
-        if (m32) {
-          const float2 c0 = combine_angles(make_float2(c.x, c.y), cs_m32[fq_a + 2 * w]);
-          const float2 c1 = combine_angles(make_float2(c.z, c.w), cs_m32[fq_a + 2 * w + 1]);
-          c = make_float4(c0.x, c0.y, c1.x, c1.y);
-        }
-        rotate_pair(x.x, y.x, make_float2(c.x, c.y));
-        rotate_pair(x.y, y.y, make_float2(c.z, c.w));
+        const float4 c = *reinterpret_cast<const float4*>(cs + fq_a + 2 * w);  // pairs j, j + 1
+        rotate_pair(x.x, y.x, row_angle(make_float2(c.x, c.y), fq_a + 2 * w));
+        rotate_pair(x.y, y.y, row_angle(make_float2(c.z, c.w), fq_a + 2 * w + 1));
         xow[w] = ptx::pack2<T>(x.x, x.y);
         yow[w] = ptx::pack2<T>(y.x, y.y);
       }
@@ -429,8 +421,8 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
       for (int w = 0; w < 4; ++w) {
         float2 x = ptx::unpack2<T>(xw[w]), y = ptx::unpack2<T>(yw[w]);
         const float2 pass_scale = make_float2(p.sm_scale_log2, 0.0f);  // x s, y s
-        const float2 cx = pass ? pass_scale : angle(fq_a / 2 + w);
-        const float2 cy = pass ? pass_scale : angle(fq_b / 2 + w);
+        const float2 cx = pass ? pass_scale : row_angle(cs[fq_a / 2 + w], fq_a / 2 + w);
+        const float2 cy = pass ? pass_scale : row_angle(cs[fq_b / 2 + w], fq_b / 2 + w);
         rotate_pair(x.x, x.y, cx);
         rotate_pair(y.x, y.y, cy);
         xow[w] = ptx::pack2<T>(x.x, x.y);
@@ -580,20 +572,19 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
     auto load_k = [&](std::uint32_t (&kb)[4], int kk) {
       ptx::ldmatrix_x4(kb, ptx::smem_addr(ks + kv_offset(k_row, 2 * kk + (mi & 1))));
     };
+    // The query's A fragments of k-step kk from shared memory (any kk).
+    auto q_frag_smem = [&](std::uint32_t (&a)[4], int kk) {
+      int row = (mi & 1) * 8 + (lane & 7);
+      ptx::ldmatrix_x4(a, ptx::smem_addr(q_rot_at(qbuf) + swizzle<D>(row, 2 * kk + (mi >> 1))));
+    };
     // kk must be a compile-time constant (unrolled loop) when the query sits in registers.
     auto q_frag = [&](std::uint32_t (&a)[4], int kk) {
       if constexpr (kQRegs) {
 #pragma unroll
         for (int r = 0; r < 4; ++r) a[r] = qa[kk][r];
       } else {
-        int row = (mi & 1) * 8 + (lane & 7);
-        ptx::ldmatrix_x4(a, ptx::smem_addr(q_rot_at(qbuf) + swizzle<D>(row, 2 * kk + (mi >> 1))));
+        q_frag_smem(a, kk);
       }
-    };
-    // From shared memory whatever kQRegs says (kk not a compile-time constant).
-    auto q_frag_smem = [&](std::uint32_t (&a)[4], int kk) {
-      int row = (mi & 1) * 8 + (lane & 7);
-      ptx::ldmatrix_x4(a, ptx::smem_addr(q_rot_at(qbuf) + swizzle<D>(row, 2 * kk + (mi >> 1))));
     };
     if (!raw) {
 #pragma unroll
@@ -1152,18 +1143,21 @@ inline void decode(const DecodeArgs& args, const DevicePool& pool, const DeviceP
           return;
         }
 #endif
+        // The cp.async kernels: RoPE off, raw-capable (a plan with raw segments) or local only.
+        auto launch_cp_async = [&](auto packed) {
+          constexpr bool kP = decltype(packed)::value;
+          if (!args.rope) launch(detail::decode_kernel<T, D, false, false, false, kP>, kSmem);
+          else if (plan.has_raw_segments())
+            launch(detail::decode_kernel<T, D, true, false, true, kP>, kSmem);
+          else launch(detail::decode_kernel<T, D, true, false, false, kP>, kSmem);
+        };
 #ifdef LAZYATTN_DECODE_PACKED_ROWS
         if (ap.group_size() <= 8) {  // packed rows (experimental; see decode_kernel)
-          if (!args.rope) launch(detail::decode_kernel<T, D, false, false, false, true>, kSmem);
-          else if (plan.has_raw_segments())
-            launch(detail::decode_kernel<T, D, true, false, true, true>, kSmem);
-          else launch(detail::decode_kernel<T, D, true, false, false, true>, kSmem);
+          launch_cp_async(std::true_type{});
           return;
         }
 #endif
-        if (!args.rope) launch(detail::decode_kernel<T, D, false, false, false>, kSmem);
-        else if (plan.has_raw_segments()) launch(detail::decode_kernel<T, D, true, false, true>, kSmem);
-        else launch(detail::decode_kernel<T, D, true, false, false>, kSmem);
+        launch_cp_async(std::false_type{});
       });
     }
   });
