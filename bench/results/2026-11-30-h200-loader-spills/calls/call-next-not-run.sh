@@ -9,8 +9,7 @@
 # run with COMMIT=<sha> bash build/call.sh (about 5 minutes of device time with the start).
 set -u
 cd "$(dirname "$0")/.."
-export LD_LIBRARY_PATH=$PWD/.deps/usr/lib/x86_64-linux-gnu:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
-export PATH=$PATH:/usr/local/cuda/bin
+# (gpu-check and ab-bench find .deps/ and the toolkit themselves; the archive is unpacked once)
 LAZYATTN_PREBUILT_ARCHIVE=build/pbnext.tar.xz scripts/pack-prebuilt --unpack-env
 COMMIT=${COMMIT:-unknown}
 TEST_TIMEOUT=150 SANITIZE_TIMEOUT=90 BENCH_TIMEOUT=120 LAZYATTN_PREBUILT=build/pb-next \

@@ -17,8 +17,7 @@
 # carry [".deps", "build/pbpacked.tar.xz", "build/call.sh"] (this file copied to build/call.sh).
 set -u
 cd "$(dirname "$0")/.."
-export LD_LIBRARY_PATH=$PWD/.deps/usr/lib/x86_64-linux-gnu:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
-export PATH=$PATH:/usr/local/cuda/bin
+# (gpu-check and ab-bench find .deps/ and the toolkit themselves; the archive is unpacked once)
 LAZYATTN_PREBUILT_ARCHIVE=build/pbpacked.tar.xz scripts/pack-prebuilt --unpack-env
 LAZYATTN_PREBUILT=build/pb-packed SANITIZE_KERNELS="decode" TEST_TIMEOUT=150 SANITIZE_TIMEOUT=90 \
   OUT=$OUT/packed bash scripts/gpu-check tests sanitize 2>&1 | grep -E "passed|failed|FAIL|SUMMARY" | head -12
