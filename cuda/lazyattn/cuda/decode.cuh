@@ -23,17 +23,6 @@
 // The experimental TMA loader has only the build with it.
 // kRope = false skips both (keys pre-rotated at logical positions, queries pre-rotated by the
 // caller): the RoPE-off baseline.
-//
-// Experimental, LAZYATTN_DECODE_PACKED_ROWS (off by default; compiled, not yet run on a GPU):
-// for GQA groups up to 8 (kPacked), the padding rows 8-15 of the query operand do work. Warp w's
-// two n-tiles are the tile's keys 8w..8w+7 and 32+8w..32+8w+7; query rows 0-7 hold the heads
-// rotated by delta, rows 8-15 the same heads by delta - 32 in raw tiles (the same delta in local
-// ones). Since <R(d) q, R(r + 32) k> = <R(d - 32) q, R(r) k>, head g's scores are c0, c1 of
-// n-tile 0 (row g) and c2, c3 of n-tile 1 (row g + 8), and a thread's two keys share one
-// offset's cos/sin: 32 registers instead of 64, which lets the raw-capable build keep the query
-// fragments in registers. The softmax runs on one row of four scores, P is {s0 s1, 0, s2 s3, 0}
-// and the accumulator's rows 8-15 stay zero (no rescale). Design and expected effects:
-// bench/results/2026-11-30-h200-decode-raw-study/README.md; cp.async loader only.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -152,14 +141,7 @@ struct DecodeShape {
                                                                        : kMergeBytes;
   static constexpr int kQRotOffset = kPipeBytes;              // [2][kRows][D] 16-bit
   static constexpr int kCsQueryOffset = kQRotOffset + 2 * kRows * D * 2;  // [2][D / 2] float2
-#ifdef LAZYATTN_DECODE_PACKED_ROWS
-  // Packed rows: R(-32) of every rotary pair, for rows 8-15 of raw tiles' queries.
-  static constexpr int kCsM32Offset = kCsQueryOffset + 2 * (D / 2) * 8;  // [D / 2] float2
-  static constexpr int kSmemBytes = kCsM32Offset + (D / 2) * 8;
-#else
-  static constexpr int kCsM32Offset = -1;
   static constexpr int kSmemBytes = kCsQueryOffset + 2 * (D / 2) * 8;
-#endif
   // The TMA loader adds one mbarrier per stage and the merge's "last CTA" flag (the cp.async
   // kernel keeps that flag in static shared memory).
   static constexpr int kBarOffset = kSmemBytes;
@@ -172,13 +154,10 @@ struct DecodeShape {
 
 // kRawTiles = false: a plan without raw-form segments (no key rotation code: the local-form
 // loop keeps its registers).
-// kPacked: GQA groups up to 8 in packed rows (LAZYATTN_DECODE_PACKED_ROWS; see the top).
-template <class T, int D, bool kRope, bool kTma = false, bool kRawTiles = true, bool kPacked = false>
+template <class T, int D, bool kRope, bool kTma = false, bool kRawTiles = true>
 __global__ void __launch_bounds__(kDecodeThreads, 2)
     decode_kernel(const __grid_constant__ DecodeParams p) {
   using Shape = DecodeShape<D>;
-  static_assert(!kPacked || (!kTma && Shape::kCsM32Offset >= 0),
-                "packed rows: cp.async loader, built with LAZYATTN_DECODE_PACKED_ROWS");
   extern __shared__ __align__(128) unsigned char smem[];
   if constexpr (kTma) {
     // The TMA's 128-byte swizzle keys on address bits: stages must start at 1024-byte
@@ -238,20 +217,6 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
     }
   };
   auto stream = make_stream();
-  // The first tiles go out before anything else: their latency hides the query setup.
-  // Under programmatic dependent launch (DecodeArgs::pdl) everything up to here and the first
-  // tiles' page ids read only the plan, schedule and RoPE tables; q, K/V, the workspace and the
-  // outputs are touched after the grid this one follows has completed.
-  if constexpr (kTma) {
-    stream.init_barriers(tid);
-    stream.prefetch_records(tile_begin, tid, kDecodeThreads);
-    ptx::grid_dependency_wait();
-    __syncthreads();  // barriers initialised before anyone waits on or arms them
-    if (warp == 0) stream.start(tile_begin, lane);
-  } else {
-    stream.prefetch_records(tile_begin, tid);
-    stream.start(tile_begin, [] { ptx::grid_dependency_wait(); });
-  }
   // The records of the tile computed in this iteration and the next one. The raw-capable build
   // keeps one more (`after`), so that the look-ahead angles at the end of an iteration read a
   // record two tiles ahead loaded an iteration before, not in that iteration: raw form 4-5%
@@ -259,10 +224,48 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
   // it did (Nsight Compute, 64 x 4096: its largest stall), but taking the rotation from the
   // loader's own copy of the record instead made it 0.5-1.9% slower at 1 x 10272 and 16 x 16384
   // (1% faster at 128 x 8192; bench/results/2026-11-30-h200-decode-raw-study).
-  TileInfo cur = stream.info(tile_begin);
-  TileInfo next = stream.info(tile_begin + 1);
-  TileInfo after;
-  if constexpr (kRawTiles) after = stream.info(tile_begin + 2);
+  TileInfo cur, next, after;
+  // The local build loads the first records, and the frequency of the one rotary pair whose
+  // angles this thread computes (pair tid: D / 2 <= 128 pairs), before the grid-dependency wait,
+  // so that the first query's angles wait on no load after the tiles go out; it holds that
+  // frequency throughout. (The raw-capable build, at 255 registers, spilled holding it.)
+  constexpr bool kEarly = kRope && !kRawTiles;
+  static_assert(D / 2 <= kDecodeThreads, "decode: one rotary pair per thread");
+  std::uint64_t my_turns = 0;
+  auto turns_of = [&](int j) -> std::uint64_t {
+    if constexpr (kEarly) return my_turns;  // j == tid
+    else return turns[j];
+  };
+  auto load_records = [&] {
+    cur = stream.info(tile_begin);
+    next = stream.info(tile_begin + 1);
+    if constexpr (kRawTiles) after = stream.info(tile_begin + 2);
+  };
+  // The first tiles go out before anything else: their latency hides the query setup.
+  // Under programmatic dependent launch (DecodeArgs::pdl) everything before the grid-dependency
+  // wait reads only the plan, schedule and RoPE tables; q, K/V, the workspace and the outputs
+  // are touched after the grid this one follows has completed.
+  auto before_wait = [&] {
+    if constexpr (kEarly) {
+      load_records();
+      if (tid < rot_half) my_turns = turns[tid];
+    }
+  };
+  if constexpr (kTma) {
+    stream.init_barriers(tid);
+    stream.prefetch_records(tile_begin, tid, kDecodeThreads);
+    before_wait();
+    ptx::grid_dependency_wait();
+    __syncthreads();  // barriers initialised before anyone waits on or arms them
+    if (warp == 0) stream.start(tile_begin, lane);
+  } else {
+    stream.prefetch_records(tile_begin, tid);
+    stream.start(tile_begin, [&] {
+      before_wait();
+      ptx::grid_dependency_wait();
+    });
+  }
+  if constexpr (!kEarly) load_records();
 
   // The group's queries (16-bit, un-rotated) in global memory; rows >= G read as zero.
   const T* q_src = static_cast<const T*>(p.q) +
@@ -277,9 +280,7 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
   // The query's A fragments stay in registers across tiles (up to D = 128) where the rotation
   // rarely changes; the raw-capable build, whose query changes every raw tile, reads them from
   // shared memory at each k-step instead and leaves those registers to the key rotation.
-  // Packed rows: the raw-capable build's key cos/sin take 32 registers, not 64, and the query
-  // fragments go to registers in every build.
-  constexpr bool kQRegs = Shape::kQInRegisters && (!kRawTiles || kPacked);
+  constexpr bool kQRegs = Shape::kQInRegisters && !kRawTiles;
   std::uint32_t qa[kQRegs ? Shape::kKSteps : 1][4];
   const std::uint8_t kRawForm = static_cast<std::uint8_t>(StorageForm::kRaw);
   const float q_scale = (kRope ? p.rope.query_scale : 1.0f) * p.sm_scale_log2;
@@ -293,11 +294,8 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
   constexpr int kKeyCs = D / 8;
   const float2* offset_table =
       p.rope.offset_cs + static_cast<std::int64_t>(rope_set) * p.rope.offset_rows * rot_half;
-  // Packed rows: both keys of a thread (8 w + g and 32 + 8 w + g) take offset 8 w + g's (the
-  // second's query rows carry the other -32).
-  constexpr int kKeyRows = kPacked ? 1 : 2;
   auto key_cs_load = [&](int key, int e) -> float2 {
-    const int r = kPacked ? warp * 8 + g : warp * 16 + g + 8 * key;
+    const int r = warp * 16 + g + 8 * key;
     int pair;
     bool valid;
     if (interleaved) {
@@ -311,15 +309,15 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
   };
   // Loaded once, before the first tile (a kernel built with kRawTiles serves plans with raw
   // segments only); the loads' latency hides under the first tiles'.
-  float2 key_cs_reg[Shape::kKeyCsInRegisters ? kKeyRows : 1][Shape::kKeyCsInRegisters ? kKeyCs : 1] = {};
+  float2 key_cs_reg[Shape::kKeyCsInRegisters ? 2 : 1][Shape::kKeyCsInRegisters ? kKeyCs : 1] = {};
   if constexpr (kRope && kRawTiles && Shape::kKeyCsInRegisters) {
 #pragma unroll
-    for (int key = 0; key < kKeyRows; ++key)
+    for (int key = 0; key < 2; ++key)
 #pragma unroll
       for (int e = 0; e < kKeyCs; ++e) key_cs_reg[key][e] = key_cs_load(key, e);
   }
   auto key_cs = [&](int key, int e) -> float2 {  // key and e compile-time in unrolled loops
-    if constexpr (Shape::kKeyCsInRegisters) return key_cs_reg[kPacked ? 0 : key][e];
+    if constexpr (Shape::kKeyCsInRegisters) return key_cs_reg[key][e];
     else return key_cs_load(key, e);
   };
 
@@ -336,35 +334,11 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
     if (!kRope) return 0;
     return t.form == kRawForm ? m_pos - (t.seg_start + t.key0) : m_pos - t.seg_start;
   };
-  // The query a tile needs: its delta, and with packed rows in the raw-capable build whether
-  // rows 8-15 take a further -32 (raw tiles), as 2 delta + raw. The query buffers' tags (q_delta,
-  // ahead_delta) hold these; the angle buffers' tags hold deltas.
-  constexpr bool kRawRows = kPacked && kRawTiles && kRope;
-  auto tile_rot = [&](const TileInfo& t) -> std::int64_t {
-    if constexpr (kRawRows) return 2 * tile_delta(t) + (t.form == kRawForm ? 1 : 0);
-    else return tile_delta(t);
-  };
-  auto rot_delta = [](std::int64_t rot) -> std::int64_t {
-    if constexpr (kRawRows) return rot >> 1;  // floor: 2 d + 1 and 2 d both give d
-    else return rot;
-  };
-  auto rot_raw = [](std::int64_t rot) -> bool {
-    if constexpr (kRawRows) return (rot & 1) != 0;
-    else return false;
-  };
-  const float2* cs_m32 = nullptr;  // R(-32) per pair (packed rows, raw-capable build)
-  if constexpr (kRawRows) {
-    float2* m32 = reinterpret_cast<float2*>(smem + Shape::kCsM32Offset);
-    for (int j = tid; j < rot_half; j += kDecodeThreads) m32[j] = rope_cos_sin(-32, turns[j]);
-    cs_m32 = m32;  // read after the first build's barriers
-  }
   constexpr int kPairChunks = kRows * (D / 16);  // (row, 16 dims) units, one per thread
   constexpr int kPer = (kPairChunks + kDecodeThreads - 1) / kDecodeThreads;
   const bool fast_query = kRope && kPer == 1 && rotary % 16 == 0;
   const int fq_row = tid / (D / 16), fq_u = tid % (D / 16);
-  // The query row a buffer row holds (packed rows: rows 8-15 repeat rows 0-7).
-  auto src_row = [](int row) { return kPacked ? (row & 7) : row; };
-  const bool fq_owner = tid < kPairChunks && src_row(fq_row) < G;  // holds a real query chunk
+  const bool fq_owner = tid < kPairChunks && fq_row < G;  // holds a real query chunk
   // This thread's two chunks (dims fq_a.. and fq_b..) and what they hold.
   enum : int { kFqHalf, kFqInterleaved, kFqPass };
   const int fq_kind = 16 * fq_u >= rotary ? kFqPass : interleaved ? kFqInterleaved : kFqHalf;
@@ -386,20 +360,16 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
   // cos/sin of a rotation, scaled by the query scale, into angle buffer cb (fast path).
   auto precompute_angles = [&](int cb, std::int64_t delta) {
     for (int j = tid; j < rot_half; j += kDecodeThreads) {
-      const float2 c = rope_cos_sin(delta, turns[j]);
+      const float2 c = rope_cos_sin(delta, turns_of(j));
       cs_query[cb * (D / 2) + j] = make_float2(c.x * q_scale, c.y * q_scale);
     }
     set_cs_tag(cb, delta);
   };
   // This thread's chunks of the query rotated by angle buffer cb into buffer buf (fast path;
   // the angles carry the query scale, dims past the rotary ones take sm_scale_log2 alone).
-  // raw8: rows 8-15 of a raw tile's query (packed rows) take a further R(-32).
-  auto build_fast = [&](int buf, int cb, bool raw8) {
+  auto build_fast = [&](int buf, int cb) {
     if (!fq_owner) return;
     const float2* cs = cs_query + cb * (D / 2);
-    const bool m32 = kRawRows && raw8 && fq_row >= 8;
-    // Pair j's cos/sin c for this thread's row (a further R(-32) where m32).
-    auto row_angle = [&](float2 c, int j) { return m32 ? combine_angles(c, cs_m32[j]) : c; };
     const std::uint32_t* xw = reinterpret_cast<const std::uint32_t*>(&q_x);
     const std::uint32_t* yw = reinterpret_cast<const std::uint32_t*>(&q_y);
     uint4 xo, yo;
@@ -409,9 +379,9 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
 #pragma unroll
       for (int w = 0; w < 4; ++w) {
         float2 x = ptx::unpack2<T>(xw[w]), y = ptx::unpack2<T>(yw[w]);
-        const float4 c = *reinterpret_cast<const float4*>(cs + fq_a + 2 * w);  // pairs j, j + 1
-        rotate_pair(x.x, y.x, row_angle(make_float2(c.x, c.y), fq_a + 2 * w));
-        rotate_pair(x.y, y.y, row_angle(make_float2(c.z, c.w), fq_a + 2 * w + 1));
+        const float4 c = *reinterpret_cast<const float4*>(cs + fq_a + 2 * w);
+        rotate_pair(x.x, y.x, make_float2(c.x, c.y));
+        rotate_pair(x.y, y.y, make_float2(c.z, c.w));
         xow[w] = ptx::pack2<T>(x.x, x.y);
         yow[w] = ptx::pack2<T>(y.x, y.y);
       }
@@ -421,8 +391,8 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
       for (int w = 0; w < 4; ++w) {
         float2 x = ptx::unpack2<T>(xw[w]), y = ptx::unpack2<T>(yw[w]);
         const float2 pass_scale = make_float2(p.sm_scale_log2, 0.0f);  // x s, y s
-        const float2 cx = pass ? pass_scale : row_angle(cs[fq_a / 2 + w], fq_a / 2 + w);
-        const float2 cy = pass ? pass_scale : row_angle(cs[fq_b / 2 + w], fq_b / 2 + w);
+        const float2 cx = pass ? pass_scale : cs[fq_a / 2 + w];
+        const float2 cy = pass ? pass_scale : cs[fq_b / 2 + w];
         rotate_pair(x.x, x.y, cx);
         rotate_pair(y.x, y.y, cy);
         xow[w] = ptx::pack2<T>(x.x, x.y);
@@ -434,10 +404,10 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
     *reinterpret_cast<uint4*>(dst + swizzle<D>(fq_row, fq_b >> 3)) = yo;
   };
   // Element by element (any layout, RoPE off too), into buffer buf: two barriers.
-  auto build_general = [&](int buf, std::int64_t delta, bool raw8) {
+  auto build_general = [&](int buf, std::int64_t delta) {
     if (kRope) {
       for (int j = tid; j < rot_half; j += kDecodeThreads)
-        cs_query[j] = rope_cos_sin(delta, turns[j]);
+        cs_query[j] = rope_cos_sin(delta, turns_of(j));
       cs_tag0 = kNoDelta;  // unscaled: not for build_fast
     }
     __syncthreads();
@@ -445,16 +415,14 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
     for (int i = tid; i < kRows * D; i += kDecodeThreads) {
       int row = i / D, d = i % D;
       float v = 0.0f;
-      if (src_row(row) < G) {
-        const T* qr = q_src + src_row(row) * D;
+      if (row < G) {
+        const T* qr = q_src + row * D;
         if (!kRope || d >= rotary) {
           v = ptx::to_f32(qr[d]);
         } else {
           const RotaryPair rp = rotary_pair(d, rot_half, interleaved);
           const float x = ptx::to_f32(qr[d]), y = ptx::to_f32(qr[rp.partner]);
-          float2 c = cs_query[rp.j];
-          if (kRawRows && raw8 && row >= 8) c = combine_angles(c, cs_m32[rp.j]);
-          v = rotate_element(x, y, c, rp.first) * p.rope.query_scale;
+          v = rotate_element(x, y, cs_query[rp.j], rp.first) * p.rope.query_scale;
         }
       }
       dst[swizzle<D>(row, d >> 3) + (d & 7)] = ptx::from_f32<T>(v * p.sm_scale_log2);
@@ -474,23 +442,22 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
   };
   // Switches to the query rotated by `delta`: the one built ahead, or built now (uniform
   // branch: every thread sees the same tiles).
-  auto use_query = [&](std::int64_t rot, int cb) {
+  auto use_query = [&](std::int64_t delta, int cb) {
     const int nb = qbuf ^ 1;
-    if (ahead_delta != rot) {
-      const std::int64_t delta = rot_delta(rot);
+    if (ahead_delta != delta) {
       if (fast_query) {
         if (cs_tag(cb) != delta) {
           precompute_angles(cb, delta);
           __syncthreads();
         }
-        build_fast(nb, cb, rot_raw(rot));
+        build_fast(nb, cb);
         __syncthreads();
       } else {
-        build_general(nb, delta, rot_raw(rot));
+        build_general(nb, delta);
       }
     }
     qbuf = nb;
-    q_delta = rot;
+    q_delta = delta;
     ahead_delta = kNoDelta;
     load_query(qbuf);
   };
@@ -502,9 +469,9 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
     const std::int64_t d0 = tile_delta(cur);
     if (fast_query) {
       if (tid < kPairChunks) {
-        if (src_row(fq_row) < G) {
-          q_x = *reinterpret_cast<const uint4*>(q_src + src_row(fq_row) * D + fq_a);
-          q_y = *reinterpret_cast<const uint4*>(q_src + src_row(fq_row) * D + fq_b);
+        if (fq_row < G) {
+          q_x = *reinterpret_cast<const uint4*>(q_src + fq_row * D + fq_a);
+          q_y = *reinterpret_cast<const uint4*>(q_src + fq_row * D + fq_b);
         } else {
 #pragma unroll
           for (int buf = 0; buf < 2; ++buf) {
@@ -518,7 +485,7 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
         precompute_angles((tile_begin + 1) & 1, tile_delta(next));
     }
     qbuf = 1;  // use_query builds into buffer 0
-    use_query(kRawRows ? tile_rot(cur) : d0, tile_begin & 1);
+    use_query(d0, tile_begin & 1);
   }
 
   for (int tile = tile_begin; tile < tile_end; ++tile) {
@@ -550,8 +517,8 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
     const bool raw = kRope && kRawTiles && ti.form == kRawForm;
     // ---- the query for this tile's rotation (built during the last tile, normally) ------------
     if (kRope) {
-      const std::int64_t rot = tile_rot(ti);
-      if (rot != q_delta) use_query(rot, tile & 1);
+      const std::int64_t delta = tile_delta(ti);
+      if (delta != q_delta) use_query(delta, tile & 1);
     }
 
     const T* ks = stream.k_stage(it % S);
@@ -566,16 +533,9 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
     float sc[2][4];
 #pragma unroll
     for (int nt = 0; nt < 2; ++nt) sc[nt][0] = sc[nt][1] = sc[nt][2] = sc[nt][3] = 0.0f;
-    // Key row this lane addresses (n-tile mi >> 1; packed rows: keys 8 w.. and 32 + 8 w..).
-    const int k_row = kPacked ? warp * 8 + (mi >> 1) * 32 + (lane & 7)
-                              : warp * 16 + (mi >> 1) * 8 + (lane & 7);
+    const int k_row = warp * 16 + (mi >> 1) * 8 + (lane & 7);  // key row this lane addresses
     auto load_k = [&](std::uint32_t (&kb)[4], int kk) {
       ptx::ldmatrix_x4(kb, ptx::smem_addr(ks + kv_offset(k_row, 2 * kk + (mi & 1))));
-    };
-    // The query's A fragments of k-step kk from shared memory (any kk).
-    auto q_frag_smem = [&](std::uint32_t (&a)[4], int kk) {
-      int row = (mi & 1) * 8 + (lane & 7);
-      ptx::ldmatrix_x4(a, ptx::smem_addr(q_rot_at(qbuf) + swizzle<D>(row, 2 * kk + (mi >> 1))));
     };
     // kk must be a compile-time constant (unrolled loop) when the query sits in registers.
     auto q_frag = [&](std::uint32_t (&a)[4], int kk) {
@@ -583,7 +543,8 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
 #pragma unroll
         for (int r = 0; r < 4; ++r) a[r] = qa[kk][r];
       } else {
-        q_frag_smem(a, kk);
+        int row = (mi & 1) * 8 + (lane & 7);
+        ptx::ldmatrix_x4(a, ptx::smem_addr(q_rot_at(qbuf) + swizzle<D>(row, 2 * kk + (mi >> 1))));
       }
     };
     if (!raw) {
@@ -645,8 +606,9 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
           ptx::mma_16816<T>(sc[1], ap, kp[2], kp[3]);
         }
       } else {
-        // Partial rotary dims: partners half_steps further (not a compile-time step: the query
-        // fragments come from shared memory here, also where kQRegs keeps them in registers).
+        // Partial rotary dims: partners half_steps further (not a compile-time step; the
+        // raw-capable build reads the query fragments from shared memory, so q_frag takes it).
+        static_assert(!kQRegs, "raw tiles read the query fragments from shared memory");
 #pragma unroll
         for (int kk = 0; kk < Shape::kKSteps; ++kk) {
           if (kk >= half_steps && kk < rot_steps) continue;  // done with its partner
@@ -660,11 +622,11 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
             rot_half_regs(kb[1], kp[1], key_cs(0, e + 2), key_cs(0, e + 3));
             rot_half_regs(kb[2], kp[2], key_cs(1, e), key_cs(1, e + 1));
             rot_half_regs(kb[3], kp[3], key_cs(1, e + 2), key_cs(1, e + 3));
-            q_frag_smem(ap, kk + half_steps);
+            q_frag(ap, kk + half_steps);
             ptx::mma_16816<T>(sc[0], ap, kp[0], kp[1]);
             ptx::mma_16816<T>(sc[1], ap, kp[2], kp[3]);
           }
-          q_frag_smem(a, kk);
+          q_frag(a, kk);
           ptx::mma_16816<T>(sc[0], a, kb[0], kb[1]);
           ptx::mma_16816<T>(sc[1], a, kb[2], kb[3]);
         }
@@ -672,87 +634,47 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
     }
 
     // ---- online softmax over this warp's keys (scores are already in log2 units) -------------
-    float scale[2];
-    std::uint32_t pa[4];
-    if constexpr (kPacked) {
-      // One row (head g) of four scores: keys 8 w + 2 t4 + {0, 1} (n-tile 0, row g) and
-      // 32 + 8 w + 2 t4 + {0, 1} (n-tile 1, row g + 8); rows 8-15 of P and O stay zero.
-      float v[4] = {sc[0][0], sc[0][1], sc[1][2], sc[1][3]};
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        int key = warp * 8 + 32 * (e >> 1) + 2 * t4 + (e & 1);
-        if (key >= ti.rows) v[e] = -INFINITY;
+        int key = warp * 16 + nt * 8 + 2 * t4 + (e & 1);
+        if (key >= ti.rows) sc[nt][e] = -INFINITY;
       }
-      float mx = fmaxf(fmaxf(v[0], v[1]), fmaxf(v[2], v[3]));
+    }
+    float scale[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {  // h = 0: row g, h = 1: row g + 8
+      float mx = fmaxf(fmaxf(sc[0][2 * h], sc[0][2 * h + 1]), fmaxf(sc[1][2 * h], sc[1][2 * h + 1]));
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-      float m_new = fmaxf(row_max[0], mx);
-      float m_use = m_new == -INFINITY ? 0.0f : m_new;  // as below: no (-inf) - (-inf)
-      scale[0] = exp2f(row_max[0] - m_use);
-      scale[1] = 1.0f;
-      row_max[0] = m_new;
+      float m_new = fmaxf(row_max[h], mx);
+      // A row that has seen only masked keys keeps m = -inf; subtract 0 then so exp2 gives 0, not
+      // NaN from (-inf) - (-inf).
+      float m_use = m_new == -INFINITY ? 0.0f : m_new;
+      scale[h] = exp2f(row_max[h] - m_use);
+      row_max[h] = m_new;
       float sum = 0.0f;
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        v[e] = exp2f(v[e] - m_use);
-        sum += v[e];
-      }
-      row_sum[0] = row_sum[0] * scale[0] + sum;
-#pragma unroll
-      for (int n = 0; n < D / 8; ++n) {
-        acc[n][0] *= scale[0];
-        acc[n][1] *= scale[0];
-      }
-      pa[0] = ptx::pack2<T>(v[0], v[1]);
-      pa[1] = 0u;
-      pa[2] = ptx::pack2<T>(v[2], v[3]);
-      pa[3] = 0u;
-    } else {
-#pragma unroll
       for (int nt = 0; nt < 2; ++nt) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          int key = warp * 16 + nt * 8 + 2 * t4 + (e & 1);
-          if (key >= ti.rows) sc[nt][e] = -INFINITY;
-        }
+        sc[nt][2 * h] = exp2f(sc[nt][2 * h] - m_use);
+        sc[nt][2 * h + 1] = exp2f(sc[nt][2 * h + 1] - m_use);
+        sum += sc[nt][2 * h] + sc[nt][2 * h + 1];
       }
+      row_sum[h] = row_sum[h] * scale[h] + sum;
+    }
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {  // h = 0: row g, h = 1: row g + 8
-        float mx = fmaxf(fmaxf(sc[0][2 * h], sc[0][2 * h + 1]), fmaxf(sc[1][2 * h], sc[1][2 * h + 1]));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-        float m_new = fmaxf(row_max[h], mx);
-        // A row that has seen only masked keys keeps m = -inf; subtract 0 then so exp2 gives 0,
-        // not NaN from (-inf) - (-inf).
-        float m_use = m_new == -INFINITY ? 0.0f : m_new;
-        scale[h] = exp2f(row_max[h] - m_use);
-        row_max[h] = m_new;
-        float sum = 0.0f;
-#pragma unroll
-        for (int nt = 0; nt < 2; ++nt) {
-          sc[nt][2 * h] = exp2f(sc[nt][2 * h] - m_use);
-          sc[nt][2 * h + 1] = exp2f(sc[nt][2 * h + 1] - m_use);
-          sum += sc[nt][2 * h] + sc[nt][2 * h + 1];
-        }
-        row_sum[h] = row_sum[h] * scale[h] + sum;
-      }
-#pragma unroll
-      for (int n = 0; n < D / 8; ++n) {
-        acc[n][0] *= scale[0];
-        acc[n][1] *= scale[0];
-        acc[n][2] *= scale[1];
-        acc[n][3] *= scale[1];
-      }
-      pa[0] = ptx::pack2<T>(sc[0][0], sc[0][1]);
-      pa[1] = ptx::pack2<T>(sc[0][2], sc[0][3]);
-      pa[2] = ptx::pack2<T>(sc[1][0], sc[1][1]);
-      pa[3] = ptx::pack2<T>(sc[1][2], sc[1][3]);
+    for (int n = 0; n < D / 8; ++n) {
+      acc[n][0] *= scale[0];
+      acc[n][1] *= scale[0];
+      acc[n][2] *= scale[1];
+      acc[n][3] *= scale[1];
     }
 
     // ---- O += P V ------------------------------------------------------------------------------
-    // V rows of P's keys 0-7 and 8-15 (packed rows: 8 w.. and 32 + 8 w..).
-    const int v_row = kPacked ? warp * 8 + (mi & 1) * 32 + (lane & 7)
-                              : warp * 16 + (mi & 1) * 8 + (lane & 7);
+    std::uint32_t pa[4] = {ptx::pack2<T>(sc[0][0], sc[0][1]), ptx::pack2<T>(sc[0][2], sc[0][3]),
+                           ptx::pack2<T>(sc[1][0], sc[1][1]), ptx::pack2<T>(sc[1][2], sc[1][3])};
+    const int v_row = warp * 16 + (mi & 1) * 8 + (lane & 7);
 #pragma unroll
     for (int c = 0; c < D / 8; c += 2) {
       std::uint32_t vb[4];
@@ -780,14 +702,13 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
             precompute_angles((tile + 1) & 1, d1);
             __syncthreads();  // uniform: every thread sees the same tiles
           }
-          build_fast(qbuf ^ 1, (tile + 1) & 1, false);
+          build_fast(qbuf ^ 1, (tile + 1) & 1);
           ahead_delta = d1;
         }
       } else {
-        const std::int64_t r1 = kRawRows ? tile_rot(cur) : d1;
-        if (r1 != q_delta && cs_tag((tile + 1) & 1) == d1) {
-          build_fast(qbuf ^ 1, (tile + 1) & 1, rot_raw(r1));
-          ahead_delta = r1;
+        if (d1 != q_delta && cs_tag((tile + 1) & 1) == d1) {
+          build_fast(qbuf ^ 1, (tile + 1) & 1);
+          ahead_delta = d1;
         }
         if (tile + 2 < tile_end) {
           const std::int64_t d2 = tile_delta(next);
@@ -1143,21 +1064,9 @@ inline void decode(const DecodeArgs& args, const DevicePool& pool, const DeviceP
           return;
         }
 #endif
-        // The cp.async kernels: RoPE off, raw-capable (a plan with raw segments) or local only.
-        auto launch_cp_async = [&](auto packed) {
-          constexpr bool kP = decltype(packed)::value;
-          if (!args.rope) launch(detail::decode_kernel<T, D, false, false, false, kP>, kSmem);
-          else if (plan.has_raw_segments())
-            launch(detail::decode_kernel<T, D, true, false, true, kP>, kSmem);
-          else launch(detail::decode_kernel<T, D, true, false, false, kP>, kSmem);
-        };
-#ifdef LAZYATTN_DECODE_PACKED_ROWS
-        if (ap.group_size() <= 8) {  // packed rows (experimental; see decode_kernel)
-          launch_cp_async(std::true_type{});
-          return;
-        }
-#endif
-        launch_cp_async(std::false_type{});
+        if (!args.rope) launch(detail::decode_kernel<T, D, false, false, false>, kSmem);
+        else if (plan.has_raw_segments()) launch(detail::decode_kernel<T, D, true, false, true>, kSmem);
+        else launch(detail::decode_kernel<T, D, true, false, false>, kSmem);
       });
     }
   });
