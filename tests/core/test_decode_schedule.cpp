@@ -104,6 +104,39 @@ TEST_CASE("decode split heuristic fills the GPU at batch 1 and leaves big batche
   }
 }
 
+TEST_CASE("decode split heuristic gives every SM work from batch 1 to batch 256", "[schedule]") {
+  // The issue's bar: the split heuristic fills all 132 SMs at every batch size. With 8 KV heads
+  // and one request of L keys per batch entry, every multiprocessor gets at least one CTA
+  // whenever the plan has that much work (splits of at least min_tiles_per_split tiles), no
+  // split is shorter than that, and the last CTA of a request is never more than one tile
+  // shorter than its first (an even split).
+  cuda::ScheduleOptions opt;  // 132 SMs, 2 CTAs each, splits of >= 2 tiles
+  std::vector<int> batches;
+  for (int b = 1; b <= 40; ++b) batches.push_back(b);
+  for (int b : {48, 64, 96, 128, 160, 192, 224, 256}) batches.push_back(b);
+  for (std::int32_t L : {100, 1024, 4096, 10272, 32768}) {
+    for (int B : batches) {
+      INFO("batch " << B << " x " << L << " keys");
+      Plan plan = plan_of(std::vector<std::vector<std::int32_t>>(static_cast<std::size_t>(B), {L}));
+      cuda::DecodeSchedule s = cuda::make_decode_schedule(plan, 8, opt);
+      const std::int64_t tiles = (L + opt.tile_keys - 1) / opt.tile_keys;
+      const std::int64_t most = std::int64_t{B} * 8 *
+                                std::max<std::int64_t>(1, tiles / opt.min_tiles_per_split);
+      const std::int64_t ctas = std::int64_t{s.num_work()} * 8;
+      CHECK(ctas >= std::min<std::int64_t>(opt.num_sms, most));
+      for (std::int32_t w = 0; w < s.num_work(); ++w) {
+        const std::int32_t n = s.work_tile_end[w] - s.work_tile_begin[w];
+        CHECK(n >= std::min<std::int64_t>(opt.min_tiles_per_split, tiles));
+        const std::int32_t first = w - s.work_split[w];  // the request's first work item
+        CHECK(s.work_tile_end[first] - s.work_tile_begin[first] - n <= 1);
+      }
+    }
+  }
+  // Batch 1 over a long context takes (nearly) a full wave: 32 splits x 8 heads of 264 slots.
+  Plan one = plan_of({{32768}});
+  CHECK(cuda::make_decode_schedule(one, 8, opt).num_work() * 8 >= 132 * 2 - 8);
+}
+
 TEST_CASE("decode schedule rejects bad options naming them", "[schedule]") {
   Plan plan = plan_of({{10}});
   cuda::ScheduleOptions opt;
