@@ -1,15 +1,21 @@
-/* lazyattn's C ABI: a device KV pool, RoPE policies, documents and tails written from device
- * arrays, decode plans, and the CUDA decode step, behind opaque handles and status codes.
+/* lazyattn's C ABI: the page bookkeeping of a position-free K/V pool whose device memory the
+ * caller owns (a framework's tensors), RoPE policies, packed plans, and the CUDA kernels (page
+ * writes, prefill, decode) behind opaque handles and status codes.
  *
  * Every function returns a lazyattn_status; on failure lazyattn_last_error() holds a message that
  * names the function, the bad value and what was expected (the lazyattn::Error text where the C++
- * side threw). Nothing here throws or exits. Device arrays are raw CUDA pointers on the pool's
- * device, dense and row-major, with the shapes written in brackets; `stream` is a cudaStream_t
- * passed as void* (NULL: the legacy default stream). Calls on one pool are not thread-safe
- * against each other. See docs/07-python.md. */
+ * side threw). Nothing here throws or exits, and a failed call changes nothing. Device arrays are
+ * raw CUDA pointers on the pool's device, dense and row-major, with the shapes written in
+ * brackets; `stream` is a cudaStream_t passed as void* (NULL: the legacy default stream). Calls on
+ * one pool are not thread-safe against each other. See docs/07-python.md.
+ *
+ * Memory: nothing here allocates device memory after lazyattn_rope_create_json, and no launch
+ * synchronises the host. K/V pools, packed plans, write destinations and split-KV workspaces are
+ * the caller's device buffers; the library says how large each must be. */
 #ifndef LAZYATTN_C_H_
 #define LAZYATTN_C_H_
 
+#include <stddef.h>
 #include <stdint.h>
 
 #if defined(_WIN32)
@@ -22,7 +28,7 @@
 extern "C" {
 #endif
 
-#define LAZYATTN_C_ABI_VERSION 1
+#define LAZYATTN_C_ABI_VERSION 2
 
 typedef enum lazyattn_status {
   LAZYATTN_OK = 0,
@@ -33,17 +39,28 @@ typedef enum lazyattn_status {
 } lazyattn_status;
 
 /* Element types, storage forms and segment kinds: the values of lazyattn's DType, StorageForm
- * and SegmentKind. */
+ * and SegmentKind. Absolute form (tails only): K rotated at its logical positions, as a model's
+ * own forward rotates it. */
 enum { LAZYATTN_DTYPE_FLOAT32 = 0, LAZYATTN_DTYPE_FLOAT16 = 1, LAZYATTN_DTYPE_BFLOAT16 = 2 };
-enum { LAZYATTN_FORM_RAW = 0, LAZYATTN_FORM_LOCAL = 1 };
+enum { LAZYATTN_FORM_RAW = 0, LAZYATTN_FORM_LOCAL = 1, LAZYATTN_FORM_ABSOLUTE = 2 };
 enum { LAZYATTN_SEGMENT_DOCUMENT = 0, LAZYATTN_SEGMENT_TAIL = 1 };
+/* What a plan is for. */
+enum { LAZYATTN_PLAN_DECODE = 0, LAZYATTN_PLAN_PREFILL = 1 };
+/* Launch flags of lazyattn_prefill / lazyattn_decode. APPLY_ROPE off: the RoPE-off baseline (keys
+ * and queries pre-rotated by the caller). QUERY_ROTATED: q arrives rotated at its own position
+ * (R(m) q, as models rotate it); the kernels then apply R(-s) per local segment. INPUTS_SCALED:
+ * q and the stored keys carry the schedule's attention factor (YaRN, LongRoPE) on their rotary
+ * dims, as a model's own rotation leaves them, so it is not applied again. */
+enum { LAZYATTN_APPLY_ROPE = 1, LAZYATTN_QUERY_ROTATED = 2, LAZYATTN_INPUTS_SCALED = 4 };
+/* Flags of lazyattn_destinations: rotate K on the way (local form from K before RoPE). */
+enum { LAZYATTN_WRITE_ROTATE = 1 };
 
-typedef struct lazyattn_pool_t* lazyattn_pool; /* device K/V pool + page bookkeeping */
+typedef struct lazyattn_pool_t* lazyattn_pool; /* page bookkeeping of one K/V pool */
 typedef struct lazyattn_rope_t* lazyattn_rope; /* a RoPE policy and its device frequencies */
-typedef struct lazyattn_plan_t* lazyattn_plan; /* a decode batch: page tables + split schedule */
+typedef struct lazyattn_plan_t* lazyattn_plan; /* a batch's packed page tables and schedule */
 
 /* Documents and tails are named by 64-bit handles (slot and generation); a handle kept past its
- * document's eviction or its tail's release is detected as stale. */
+ * document's eviction or erasure, or its tail's release, is detected as stale. */
 typedef uint64_t lazyattn_doc;
 typedef uint64_t lazyattn_tail;
 
@@ -65,6 +82,9 @@ typedef struct lazyattn_pool_stats {
   int64_t tails;
   int64_t evictions;
   int64_t dedupes;
+  int64_t hits;    /* lazyattn_doc_find calls that found the document */
+  int64_t misses;  /* ... that did not */
+  int64_t inserts; /* documents allocated */
 } lazyattn_pool_stats;
 
 /* The message of the calling thread's last failure ("" if none). Valid until its next call. */
@@ -73,52 +93,64 @@ LAZYATTN_C_API const char* lazyattn_last_error(void);
 LAZYATTN_C_API int lazyattn_abi_version(void);
 
 /* ---- pool ------------------------------------------------------------------------------------
- * K and V pools [num_layers, num_pages, num_kv_heads, page_size, head_dim] of `dtype` in device
- * memory on the current device, and a host page table (documents keyed by content, pins, LRU
- * eviction of unpinned documents, tails). */
+ * The bookkeeping of K and V pools [num_layers, num_pages, num_kv_heads, page_size, head_dim] of
+ * `dtype` that the caller allocates on the device it names (documents keyed by content, dedupe,
+ * pins, LRU eviction of unpinned documents when pages run out, tails, stale-handle detection).
+ * Host memory only: the pool works, and is tested, without a GPU. The launches take the K/V
+ * pointers; lazyattn_pool_bytes gives the size of each. */
 LAZYATTN_C_API lazyattn_status lazyattn_pool_create(int32_t num_layers, int32_t num_kv_heads,
                                                     int32_t head_dim, int32_t page_size,
                                                     int32_t dtype, int64_t num_pages,
-                                                    lazyattn_pool* out);
+                                                    int32_t device, lazyattn_pool* out);
 LAZYATTN_C_API lazyattn_status lazyattn_pool_destroy(lazyattn_pool pool); /* NULL: no-op */
 LAZYATTN_C_API lazyattn_status lazyattn_pool_stats_get(lazyattn_pool pool,
                                                        lazyattn_pool_stats* out);
+/* Bytes of one of the K or V pools (num_layers * num_pages * num_kv_heads * page_size * head_dim
+ * elements). */
+LAZYATTN_C_API lazyattn_status lazyattn_pool_bytes(lazyattn_pool pool, int64_t* bytes);
 
 /* ---- RoPE ------------------------------------------------------------------------------------
  * From a Hugging Face config.json text (rope_theta, rope_scaling or rope_parameters, head_dim
- * or hidden_size / num_attention_heads, partial_rotary_factor, ...): rope_policy_from_json. */
-LAZYATTN_C_API lazyattn_status lazyattn_rope_create_json(const char* config_json,
+ * or hidden_size / num_attention_heads, partial_rotary_factor, ...): rope_policy_from_json. The
+ * frequency tables go to `device` (synchronously: create ropes before capturing graphs). */
+LAZYATTN_C_API lazyattn_status lazyattn_rope_create_json(const char* config_json, int32_t device,
                                                          lazyattn_rope* out);
 LAZYATTN_C_API lazyattn_status lazyattn_rope_destroy(lazyattn_rope rope); /* NULL: no-op */
-/* head_dim, rotary_dim, and 1 when the schedule depends on the request length (dynamic,
- * longrope: raw form only). Any out pointer may be NULL. */
+/* head_dim, rotary_dim, 1 when the schedule depends on the request length (dynamic, longrope:
+ * raw form only), and 1 for the interleaved (GPT-J) pair layout. Any out pointer may be NULL. */
 LAZYATTN_C_API lazyattn_status lazyattn_rope_info(lazyattn_rope rope, int32_t* head_dim,
-                                                  int32_t* rotary_dim, int32_t* depends_on_length);
+                                                  int32_t* rotary_dim, int32_t* depends_on_length,
+                                                  int32_t* interleaved);
+/* The frequencies the kernels use for a request whose largest key position is rope_length - 1:
+ * inv_freq [rotary_dim / 2] in radians per position (exact to float64), and the attention
+ * factor (1 except YaRN / LongRoPE) that scales the rotary dims of q and k. */
+LAZYATTN_C_API lazyattn_status lazyattn_rope_frequencies(lazyattn_rope rope, int64_t rope_length,
+                                                         double* inv_freq,
+                                                         double* attention_factor);
 
 /* ---- documents -------------------------------------------------------------------------------
  * allocate reserves pages for `length` tokens under the 128-bit key (key_hi, key_lo) in `form`
- * and returns the document pinned; if (key, form) is already stored, that document is returned
- * pinned with *inserted = 0 and nothing needs writing. Write every layer's tokens, then commit;
- * plans refuse a document that is not committed. unpin lets LRU eviction take it. */
+ * (raw or local) and returns the document pinned; if (key, form) is already stored, that document
+ * is returned pinned with *inserted = 0 and nothing needs writing. Write every layer's tokens
+ * (lazyattn_destinations + lazyattn_write), then commit; plans refuse a document that is not
+ * committed. unpin lets LRU eviction take it. */
 LAZYATTN_C_API lazyattn_status lazyattn_doc_allocate(lazyattn_pool pool, uint64_t key_hi,
                                                      uint64_t key_lo, int32_t form, int64_t length,
                                                      lazyattn_doc* out, int32_t* inserted);
-/* Writes tokens [first, first + num_tokens) of one layer from device arrays k, v
- * [num_tokens, num_kv_heads, head_dim] of the pool's dtype. Local form: K is rotated on the way
- * at each token's index in the document (rope required); raw form: copied (rope may be NULL). */
-LAZYATTN_C_API lazyattn_status lazyattn_doc_write(lazyattn_pool pool, lazyattn_rope rope,
-                                                  lazyattn_doc doc, int32_t layer, int64_t first,
-                                                  int64_t num_tokens, const void* k, const void* v,
-                                                  void* stream);
+/* The document stored under (key, form), pinned when pin is 1: *found 0 if there is none.
+ * Counts a hit or a miss. */
+LAZYATTN_C_API lazyattn_status lazyattn_doc_find(lazyattn_pool pool, uint64_t key_hi,
+                                                 uint64_t key_lo, int32_t form, int32_t pin,
+                                                 lazyattn_doc* out, int32_t* found);
 LAZYATTN_C_API lazyattn_status lazyattn_doc_commit(lazyattn_pool pool, lazyattn_doc doc);
 LAZYATTN_C_API lazyattn_status lazyattn_doc_pin(lazyattn_pool pool, lazyattn_doc doc);
 LAZYATTN_C_API lazyattn_status lazyattn_doc_unpin(lazyattn_pool pool, lazyattn_doc doc);
 /* Removes an unpinned document now. */
 LAZYATTN_C_API lazyattn_status lazyattn_doc_erase(lazyattn_pool pool, lazyattn_doc doc);
-/* length, form and whether it is committed, of a live document (any pointer may be NULL). */
+/* length, form, committed and pin count of a live document (any pointer may be NULL). */
 LAZYATTN_C_API lazyattn_status lazyattn_doc_info(lazyattn_pool pool, lazyattn_doc doc,
                                                  int64_t* length, int32_t* form,
-                                                 int32_t* committed);
+                                                 int32_t* committed, int32_t* pins);
 /* The content key lazyattn uses for a token sequence (DocKey::from_tokens: FNV-1a 128 over the
  * little-endian int32 ids, then the count), from host memory. */
 LAZYATTN_C_API lazyattn_status lazyattn_doc_key_from_tokens(const int32_t* tokens,
@@ -126,54 +158,107 @@ LAZYATTN_C_API lazyattn_status lazyattn_doc_key_from_tokens(const int32_t* token
                                                             uint64_t* key_lo);
 
 /* ---- tails -----------------------------------------------------------------------------------
- * A request's private tokens. reserve extends the tail by n tokens and returns the index of the
- * first new one; write fills them per layer as lazyattn_doc_write does (local form: K rotated at
- * the token's index in the tail). */
+ * A request's private tokens, in raw, local (K rotated at its index in the tail) or absolute form
+ * (K rotated at its logical position in the request). reserve extends the tail by n tokens
+ * (evicting unpinned documents if pages run out) and returns the index of the first new one. */
 LAZYATTN_C_API lazyattn_status lazyattn_tail_create(lazyattn_pool pool, int32_t form,
                                                     lazyattn_tail* out);
 LAZYATTN_C_API lazyattn_status lazyattn_tail_reserve(lazyattn_pool pool, lazyattn_tail tail,
                                                      int64_t n, int64_t* first);
-LAZYATTN_C_API lazyattn_status lazyattn_tail_write(lazyattn_pool pool, lazyattn_rope rope,
-                                                   lazyattn_tail tail, int32_t layer, int64_t first,
-                                                   int64_t num_tokens, const void* k, const void* v,
-                                                   void* stream);
 LAZYATTN_C_API lazyattn_status lazyattn_tail_release(lazyattn_pool pool, lazyattn_tail tail);
 LAZYATTN_C_API lazyattn_status lazyattn_tail_info(lazyattn_pool pool, lazyattn_tail tail,
                                                   int64_t* length, int32_t* form);
 
+/* ---- page writes -----------------------------------------------------------------------------
+ * Where tokens go. Item i names tokens [first[i], first[i] + count[i]) of a document or tail
+ * (kinds[i], handles[i]); the tokens of all items, in item order, are the rows of the K/V the
+ * write reads. The destinations are packed into `dst` (host memory, lazyattn_destinations_bytes
+ * of them: int32 page [n], int32 slot [n], then with WRITE_ROTATE int64 position [n] at an 8-byte
+ * boundary), for the caller to copy to the device. WRITE_ROTATE (local form from K before RoPE,
+ * with a rope whose schedule does not depend on the request length) rotates K at each token's
+ * index in its document or tail; without it K is copied as given (raw form, or K a model already
+ * rotated: local form for a document encoded at 0..len-1, absolute form for a tail). */
+LAZYATTN_C_API lazyattn_status lazyattn_destinations_bytes(int64_t num_tokens, int32_t flags,
+                                                           int64_t* bytes);
+LAZYATTN_C_API lazyattn_status lazyattn_destinations(lazyattn_pool pool, int32_t num_items,
+                                                     const int32_t* kinds,
+                                                     const uint64_t* handles,
+                                                     const int64_t* first, const int64_t* count,
+                                                     int32_t flags, void* dst, int64_t dst_bytes,
+                                                     int64_t* num_tokens);
+/* Writes num_tokens tokens of one layer: k, v [num_tokens, num_kv_heads, head_dim] of the pool's
+ * dtype into k_pool, v_pool (the caller's pools) at the destinations `dst` (a device copy of
+ * lazyattn_destinations' output for the same flags). rope may be NULL without WRITE_ROTATE. */
+LAZYATTN_C_API lazyattn_status lazyattn_write(lazyattn_pool pool, lazyattn_rope rope, int32_t layer,
+                                              void* k_pool, void* v_pool, const void* k,
+                                              const void* v, int64_t num_tokens, const void* dst,
+                                              int32_t flags, void* stream);
+
 /* ---- plans -----------------------------------------------------------------------------------
- * A decode batch: request b's segments are segments[segment_indptr[b] .. segment_indptr[b+1]),
- * exactly one of them its tail, whose last token is the query (one query per request). The plan
- * is uploaded on `stream` (no host synchronisation) with a split-KV schedule sized for the
- * device; forced_splits > 0 fixes the splits per request (0: the heuristic). `rope` (may be NULL)
- * is needed only by schedules that depend on the request length (dynamic, longrope): the plan
- * then keeps its own frequency sets, and decode must be given the same rope. The plan reads the
- * page tables as they are now: documents must stay pinned (or at least stored) while it is used,
- * and a tail that grows needs a new plan. */
+ * A batch: request b's segments are segments[segment_indptr[b] .. segment_indptr[b+1]), exactly
+ * one of them its tail, whose last num_queries[b] tokens are the queries (decode: one per
+ * request; num_queries may then be NULL). The plan holds the page tables as they are now:
+ * documents must stay stored (pinned) while it is used, and a tail that grows needs a new plan.
+ * Host work only; the packed image (lazyattn_plan_info: bytes) goes to the device with one copy
+ * the caller makes (lazyattn_plan_pack into pinned memory, then an async copy). */
+typedef struct lazyattn_plan_options {
+  int32_t kind;          /* LAZYATTN_PLAN_DECODE or LAZYATTN_PLAN_PREFILL */
+  int32_t num_qo_heads;  /* query heads of the layers it serves (sizes the workspace) */
+  int32_t forced_splits; /* decode: > 0 fixes the splits per request (0: the heuristic) */
+  int32_t kv_splits;     /* prefill: key-range splits (0: automatic, 1: none) */
+  int64_t headroom_tokens; /* room in the tile and page arrays for every tail to grow by this
+                              many tokens (plans of later steps packed with `like`) */
+  lazyattn_plan like;    /* NULL, or a plan whose layout this one must keep: same offsets,
+                            grid and splits per request, so a CUDA graph captured with `like`'s
+                            device image runs this plan once its image is copied over */
+} lazyattn_plan_options;
+
+typedef struct lazyattn_plan_info_t {
+  int64_t bytes;           /* the packed image */
+  int64_t workspace_bytes; /* the split-KV workspace launches need (zeroed once by the caller) */
+  int32_t num_requests;
+  int32_t num_queries;     /* rows of q */
+  int64_t num_keys;        /* keys over all requests */
+  int32_t num_work;        /* decode: CTAs per KV head; prefill: query tiles */
+  int32_t kv_splits;       /* prefill: the splits the workspace has room for */
+} lazyattn_plan_info_t;
+
 LAZYATTN_C_API lazyattn_status lazyattn_plan_create(lazyattn_pool pool, lazyattn_rope rope,
                                                     const lazyattn_segment* segments,
                                                     const int32_t* segment_indptr,
-                                                    int32_t num_requests, int32_t forced_splits,
-                                                    void* stream, lazyattn_plan* out);
-/* Waits for the device to be idle first: a kernel in flight may still read the plan. */
+                                                    const int32_t* num_queries,
+                                                    int32_t num_requests,
+                                                    const lazyattn_plan_options* options,
+                                                    lazyattn_plan* out);
 LAZYATTN_C_API lazyattn_status lazyattn_plan_destroy(lazyattn_plan plan); /* NULL: no-op */
-/* num_requests, total keys over all requests, work items (CTAs per KV head) of the schedule. */
-LAZYATTN_C_API lazyattn_status lazyattn_plan_info(lazyattn_plan plan, int32_t* num_requests,
-                                                  int64_t* num_keys, int32_t* num_work);
+LAZYATTN_C_API lazyattn_status lazyattn_plan_info(lazyattn_plan plan, lazyattn_plan_info_t* out);
+/* Copies the packed image (info.bytes) into dst (host memory of at least that size). */
+LAZYATTN_C_API lazyattn_status lazyattn_plan_pack(lazyattn_plan plan, void* dst, int64_t dst_bytes);
+/* Whether the plan's documents and tails are still as it recorded them (live, committed, tails
+ * of the same length): 1 when it may be launched. */
+LAZYATTN_C_API lazyattn_status lazyattn_plan_valid(lazyattn_plan plan, int32_t* valid);
 
-/* ---- decode ----------------------------------------------------------------------------------
- * One decode step for one layer: q [num_requests, num_qo_heads, head_dim] (un-rotated; the
- * kernel applies RoPE at the query's position) -> o (same shape and dtype as the pool) and
- * maybe_lse [num_requests, num_qo_heads] float32 natural-log log-sum-exp (may be NULL).
- * softmax_scale 0 means 1/sqrt(head_dim). apply_rope 0: the RoPE-off baseline (keys and queries
- * pre-rotated by the caller; rope may then be NULL). No host synchronisation. A plan holds
- * its own split-KV scratch: run one plan on one stream at a time. */
-LAZYATTN_C_API lazyattn_status lazyattn_decode(lazyattn_pool pool, lazyattn_plan plan,
-                                               lazyattn_rope rope, int32_t layer,
-                                               int32_t num_requests, int32_t num_qo_heads,
-                                               double softmax_scale, int32_t apply_rope,
-                                               const void* q, void* o, float* maybe_lse,
-                                               void* stream);
+/* ---- kernels ---------------------------------------------------------------------------------
+ * One layer of a plan's batch. plan_device: the device copy of the plan's packed image;
+ * workspace: info.workspace_bytes of device memory, zero-filled before its first use (the kernels
+ * keep its counters at zero), used by one launch at a time. q [num_queries, num_qo_heads,
+ * head_dim] -> o (same shape and dtype as the pool), maybe_lse [num_queries, num_qo_heads] float32
+ * natural-log log-sum-exp (may be NULL). softmax_scale 0 means 1/sqrt(head_dim). Before launching,
+ * the plan is checked against the pool (lazyattn_plan_valid): a stale plan is refused. No host
+ * synchronisation; capturable into a CUDA graph. Prefill: the queries' own K/V must be written
+ * first; the plan must be a PREFILL plan. Decode: a DECODE plan, one query per request. */
+LAZYATTN_C_API lazyattn_status lazyattn_prefill(lazyattn_plan plan, int32_t layer,
+                                                const void* k_pool, const void* v_pool,
+                                                const void* plan_device, void* workspace,
+                                                int32_t num_qo_heads, double softmax_scale,
+                                                int32_t flags, const void* q, void* o,
+                                                float* maybe_lse, void* stream);
+LAZYATTN_C_API lazyattn_status lazyattn_decode(lazyattn_plan plan, int32_t layer,
+                                               const void* k_pool, const void* v_pool,
+                                               const void* plan_device, void* workspace,
+                                               int32_t num_qo_heads, double softmax_scale,
+                                               int32_t flags, const void* q, void* o,
+                                               float* maybe_lse, void* stream);
 
 #ifdef __cplusplus
 } /* extern "C" */

@@ -15,6 +15,7 @@ bytes read, no rotation; the keys are not actually pre-rotated, so only its time
 SDPA: contiguous K/V [batch, kv_heads, context, 128], the 4 query heads of a group as 4 query rows
 against their KV head (how SDPA does GQA decode best; sdpa_peers.py does the same).
 
+Each call allocates its outputs (torch's caching allocator; from the graph's pool when replayed).
 Timing: CUDA events around `inner` back-to-back calls, each call on the next copy of the inputs
 (layers of our pool, copies of SDPA's tensors: enough to exceed L2), median over samples, per call.
 Two figures each: "eager" (calls launched from Python one by one, so host overhead shows when the
@@ -100,7 +101,7 @@ def ours_case(batch, context, layout, rope, samples, inner):
     # Every request has its own documents (as bench_decode.cu): nothing is read from L2 twice.
     num_pages = 2 * batch * pages_per_request + 16
     pool = lazyattn.Pool(num_layers=layers, num_kv_heads=HK, head_dim=D, page_size=PAGE,
-                         dtype=DT, num_pages=num_pages)
+                         dtype=DT, num_pages=num_pages, rope=rope)
     gen = torch.Generator(device="cuda").manual_seed(batch * 100003 + context)
 
     def randn(*shape):
@@ -111,12 +112,11 @@ def ours_case(batch, context, layout, rope, samples, inner):
     for form in ("local", "raw"):
         layouts = []
         for b in range(batch):
-            docs = [pool.insert_document(randn(layers, doc_len, HK, D),
-                                         randn(layers, doc_len, HK, D), rope=rope, form=form)
+            docs = [pool.insert(randn(layers, doc_len, HK, D), randn(layers, doc_len, HK, D),
+                                form=form)
                     for _ in range(docs_per_request)]
             tail = pool.create_tail(form)
-            pool.append_tail(tail, randn(layers, TAIL, HK, D), randn(layers, TAIL, HK, D),
-                             rope=rope)
+            pool.append(tail, randn(layers, TAIL, HK, D), randn(layers, TAIL, HK, D))
             if layout == "rag":
                 # Back-to-back slots handed out in a shuffled order (per request).
                 order = torch.randperm(5, generator=torch.Generator().manual_seed(b)).tolist()
@@ -127,19 +127,17 @@ def ours_case(batch, context, layout, rope, samples, inner):
                 layouts.append([(d, s) for d, s in zip(docs, starts)] + [(tail, pos)])
             else:
                 layouts.append(lazyattn.back_to_back(docs, tail))
-        plans[form] = pool.plan(layouts, rope=rope)
+        plans[form] = pool.plan(layouts, num_qo_heads=HQ)
     torch.cuda.synchronize()
     setup_s = time.time() - setup_start
     q = [randn(batch, HQ, D) for _ in range(layers)]
-    o = torch.empty_like(q[0])
-    lse = torch.empty(batch, HQ, device="cuda", dtype=torch.float32)
     row = {"layers": layers, "setup_s": round(setup_s, 2), "num_work": plans["local"].num_work}
     for mode, form, apply_rope in (("local", "local", True), ("raw", "raw", True),
                                    ("rope_off", "raw", False)):
         plan = plans[form]
 
         def call(i, plan=plan, apply_rope=apply_rope):
-            pool.decode(plan, q[i], rope=rope, layer=i, apply_rope=apply_rope, out=o, lse=lse)
+            pool.decode(plan, q[i], layer=i, apply_rope=apply_rope)
 
         t = time_calls(call, layers, samples, inner)
         row.update({mode + "_" + k: v for k, v in t.items()})

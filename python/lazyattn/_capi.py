@@ -1,14 +1,14 @@
 """ctypes bindings of liblazyattn_c.so (capi/lazyattn_c.h): loading, prototypes, status checks.
 
 The library is found at $LAZYATTN_LIB (a file, or a directory holding liblazyattn_c.so), else next
-to this package (python/lazyattn/liblazyattn_c.so), else in the usual build directories of the
-repository (build/*/capi/). Nothing here imports torch.
+to this package (where `pip install ./python` puts it), else in the build directories of the
+repository (build/*/capi/). Nothing here imports torch: the pool's bookkeeping works without it.
 """
 import ctypes
 import glob
 import os
 
-ABI_VERSION = 1
+ABI_VERSION = 2
 
 OK = 0
 ERROR_INVALID_ARGUMENT = 1
@@ -20,8 +20,16 @@ DTYPE_FLOAT16 = 1
 DTYPE_BFLOAT16 = 2
 FORM_RAW = 0
 FORM_LOCAL = 1
+FORM_ABSOLUTE = 2
+FORMS = {"raw": FORM_RAW, "local": FORM_LOCAL, "absolute": FORM_ABSOLUTE}
 SEGMENT_DOCUMENT = 0
 SEGMENT_TAIL = 1
+PLAN_DECODE = 0
+PLAN_PREFILL = 1
+APPLY_ROPE = 1
+QUERY_ROTATED = 2
+INPUTS_SCALED = 4
+WRITE_ROTATE = 1
 
 _LIB_NAME = "liblazyattn_c.so"
 
@@ -47,7 +55,21 @@ class PoolStats(ctypes.Structure):
     _fields_ = [("num_pages", ctypes.c_int64), ("pages_in_use", ctypes.c_int64),
                 ("documents", ctypes.c_int64), ("pinned_documents", ctypes.c_int64),
                 ("tails", ctypes.c_int64), ("evictions", ctypes.c_int64),
-                ("dedupes", ctypes.c_int64)]
+                ("dedupes", ctypes.c_int64), ("hits", ctypes.c_int64),
+                ("misses", ctypes.c_int64), ("inserts", ctypes.c_int64)]
+
+
+class PlanOptions(ctypes.Structure):
+    _fields_ = [("kind", ctypes.c_int32), ("num_qo_heads", ctypes.c_int32),
+                ("forced_splits", ctypes.c_int32), ("kv_splits", ctypes.c_int32),
+                ("headroom_tokens", ctypes.c_int64), ("like", ctypes.c_void_p)]
+
+
+class PlanInfo(ctypes.Structure):
+    _fields_ = [("bytes", ctypes.c_int64), ("workspace_bytes", ctypes.c_int64),
+                ("num_requests", ctypes.c_int32), ("num_queries", ctypes.c_int32),
+                ("num_keys", ctypes.c_int64), ("num_work", ctypes.c_int32),
+                ("kv_splits", ctypes.c_int32)]
 
 
 def _candidates():
@@ -78,14 +100,15 @@ def lib():
             break
         tried.append(path)
     else:
-        raise OSError("lazyattn: cannot find %s (tried %s); build the CMake target lazyattn_c "
-                      "and set LAZYATTN_LIB to the file or its directory"
+        raise OSError("lazyattn: cannot find %s (tried %s); install the package "
+                      "(pip install --no-build-isolation ./python) or build the CMake target "
+                      "lazyattn_c and set LAZYATTN_LIB to the file or its directory"
                       % (_LIB_NAME, ", ".join(tried) or "nothing"))
-    _declare(handle)
     version = handle.lazyattn_abi_version()
     if version != ABI_VERSION:
         raise OSError("lazyattn: %s has C ABI version %d, expected %d" % (path, version,
                                                                          ABI_VERSION))
+    _declare(handle)
     handle.path = path
     _lib = handle
     return _lib
@@ -93,35 +116,43 @@ def lib():
 
 def _declare(h):
     c = ctypes
-    i32, i64, u64, vp = c.c_int32, c.c_int64, c.c_uint64, c.c_void_p
-    pi32, pi64, pu64 = c.POINTER(i32), c.POINTER(i64), c.POINTER(u64)
+    i32, i64, u64, vp, dbl = c.c_int32, c.c_int64, c.c_uint64, c.c_void_p, c.c_double
+    pi32, pi64, pu64, pvp = c.POINTER(i32), c.POINTER(i64), c.POINTER(u64), c.POINTER(vp)
+    pdbl = c.POINTER(dbl)
+    launch = [vp, i32, vp, vp, vp, vp, i32, dbl, i32, vp, vp, vp, vp]
     protos = {
         "lazyattn_abi_version": (c.c_int, []),
-        "lazyattn_pool_create": (c.c_int, [i32, i32, i32, i32, i32, i64, c.POINTER(vp)]),
+        "lazyattn_pool_create": (c.c_int, [i32, i32, i32, i32, i32, i64, i32, pvp]),
         "lazyattn_pool_destroy": (c.c_int, [vp]),
         "lazyattn_pool_stats_get": (c.c_int, [vp, c.POINTER(PoolStats)]),
-        "lazyattn_rope_create_json": (c.c_int, [c.c_char_p, c.POINTER(vp)]),
+        "lazyattn_pool_bytes": (c.c_int, [vp, pi64]),
+        "lazyattn_rope_create_json": (c.c_int, [c.c_char_p, i32, pvp]),
         "lazyattn_rope_destroy": (c.c_int, [vp]),
-        "lazyattn_rope_info": (c.c_int, [vp, pi32, pi32, pi32]),
+        "lazyattn_rope_info": (c.c_int, [vp, pi32, pi32, pi32, pi32]),
+        "lazyattn_rope_frequencies": (c.c_int, [vp, i64, pdbl, pdbl]),
         "lazyattn_doc_allocate": (c.c_int, [vp, u64, u64, i32, i64, pu64, pi32]),
-        "lazyattn_doc_write": (c.c_int, [vp, vp, u64, i32, i64, i64, vp, vp, vp]),
+        "lazyattn_doc_find": (c.c_int, [vp, u64, u64, i32, i32, pu64, pi32]),
         "lazyattn_doc_commit": (c.c_int, [vp, u64]),
         "lazyattn_doc_pin": (c.c_int, [vp, u64]),
         "lazyattn_doc_unpin": (c.c_int, [vp, u64]),
         "lazyattn_doc_erase": (c.c_int, [vp, u64]),
-        "lazyattn_doc_info": (c.c_int, [vp, u64, pi64, pi32, pi32]),
+        "lazyattn_doc_info": (c.c_int, [vp, u64, pi64, pi32, pi32, pi32]),
         "lazyattn_doc_key_from_tokens": (c.c_int, [pi32, i64, pu64, pu64]),
         "lazyattn_tail_create": (c.c_int, [vp, i32, pu64]),
         "lazyattn_tail_reserve": (c.c_int, [vp, u64, i64, pi64]),
-        "lazyattn_tail_write": (c.c_int, [vp, vp, u64, i32, i64, i64, vp, vp, vp]),
         "lazyattn_tail_release": (c.c_int, [vp, u64]),
         "lazyattn_tail_info": (c.c_int, [vp, u64, pi64, pi32]),
-        "lazyattn_plan_create": (c.c_int, [vp, vp, c.POINTER(Segment), pi32, i32, i32, vp,
-                                           c.POINTER(vp)]),
+        "lazyattn_destinations_bytes": (c.c_int, [i64, i32, pi64]),
+        "lazyattn_destinations": (c.c_int, [vp, i32, pi32, pu64, pi64, pi64, i32, vp, i64, pi64]),
+        "lazyattn_write": (c.c_int, [vp, vp, i32, vp, vp, vp, vp, i64, vp, i32, vp]),
+        "lazyattn_plan_create": (c.c_int, [vp, vp, c.POINTER(Segment), pi32, pi32, i32,
+                                           c.POINTER(PlanOptions), pvp]),
         "lazyattn_plan_destroy": (c.c_int, [vp]),
-        "lazyattn_plan_info": (c.c_int, [vp, pi32, pi64, pi32]),
-        "lazyattn_decode": (c.c_int, [vp, vp, vp, i32, i32, i32, c.c_double, i32, vp, vp, vp,
-                                      vp]),
+        "lazyattn_plan_info": (c.c_int, [vp, c.POINTER(PlanInfo)]),
+        "lazyattn_plan_pack": (c.c_int, [vp, vp, i64]),
+        "lazyattn_plan_valid": (c.c_int, [vp, pi32]),
+        "lazyattn_prefill": (c.c_int, launch),
+        "lazyattn_decode": (c.c_int, launch),
     }
     for name, (res, args) in protos.items():
         fn = getattr(h, name)

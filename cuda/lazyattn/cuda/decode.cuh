@@ -49,6 +49,9 @@ struct DecodeParams {
   const void* q = nullptr;  // [num_requests, num_qo_heads, head_dim], un-rotated
   void* o = nullptr;        // [num_requests, num_qo_heads, head_dim]
   float* maybe_lse = nullptr;  // [num_requests, num_qo_heads], natural log; may be null
+  // 1: q arrives rotated at its own position m (R(m) q, as models rotate it), so the rotations
+  // count from 0: R(m - s) q = R(-s) R(m) q.
+  std::int32_t query_rotated = 0;
   const void* k_pool = nullptr;  // layer base of the K pool [num_pages, kv_heads, page_size, D]
   const void* v_pool = nullptr;
   std::int64_t page_stride = 0;  // elements
@@ -186,7 +189,8 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
   const int tile_end = p.sched.work_tile_end[work];
   const int split = p.sched.work_split[work];
   const int G = p.group_size;
-  const std::int64_t m_pos = p.plan.request_query_position[b];
+  // The position the query's rotation counts from: its own (un-rotated q) or 0 (q = R(m) q).
+  const std::int64_t m_pos = p.query_rotated ? 0 : p.plan.request_query_position[b];
   const int q_row0 = p.plan.request_query_indptr[b];
   const int rope_set = p.rope.per_request ? b : 0;
   const int rotary = p.rope.rotary_dim;
@@ -892,6 +896,16 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
 
 }  // namespace detail
 
+// The split-KV scratch as the kernel reads it, in memory the caller owns: partial_o
+// [num_partials, num_qo_heads, head_dim] and partial_lse [num_partials, num_qo_heads] floats,
+// split_counters [num_requests, num_kv_heads] ints, zero before the first launch (each launch
+// leaves them at zero). Unused (may be null) when the schedule splits no request.
+struct DecodeScratch {
+  float* partial_o = nullptr;
+  float* partial_lse = nullptr;
+  int* split_counters = nullptr;
+};
+
 // Scratch the split-KV path writes partial states into; grows on demand, reused across calls.
 struct DecodeWorkspace {
   DeviceBuffer<float> partial_o;
@@ -915,6 +929,12 @@ struct DecodeArgs {
   int layer = 0;
   AttentionParams params;
   bool rope = true;  // false: the RoPE-off baseline (keys and queries pre-rotated by the caller)
+  // true: q is already rotated at its own position (a model's q); the kernel applies R(-s_j) per
+  // local segment and R(-n) per raw key instead of R(m - s_j), R(m - n).
+  bool query_rotated = false;
+  // true: q and the keys carry the schedule's attention factor on their rotary dims already (as a
+  // model's own rotation leaves them: YaRN, LongRoPE), so the query is not scaled by it again.
+  bool inputs_scaled = false;
   // EXPERIMENTAL: load K/V tiles with the TMA unit (bulk tensor copies, one mbarrier per stage)
   // instead of 16-byte cp.async. Needs a build with LAZYATTN_EXPERIMENTAL_TMA defined; passes the
   // decode tests on the H200 but reads 5-10% slower at batch >= 16 (docs/performance.md).
@@ -931,10 +951,12 @@ struct DecodeArgs {
 #endif
 };
 
-// Launches the decode for one layer: every request of the plan has one query. No host
-// synchronisation; capturable into a CUDA graph once the plan and workspace are sized.
+// Launches the decode for one layer: every request of the plan has one query, the split-KV
+// scratch is the caller's (sized for the plan's schedule). No host synchronisation; capturable
+// into a CUDA graph.
 inline void decode(const DecodeArgs& args, const DevicePool& pool, const DevicePlan& plan,
-                   const DeviceRope& rope, DecodeWorkspace& ws, cudaStream_t stream = nullptr) {
+                   const DeviceRope& rope, const DecodeScratch& scratch,
+                   cudaStream_t stream = nullptr) {
   const char* w = "cuda::decode";
   const AttentionParams& ap = args.params;
   ap.check(w);
@@ -982,16 +1004,16 @@ inline void decode(const DecodeArgs& args, const DevicePool& pool, const DeviceP
                      detail::DecodeShape<64>::kPipeBytes,
                  w, ": ", sv.max_splits, " splits of a GQA group of ", ap.group_size(),
                  " exceed the merge's shared memory, expected fewer splits");
-  if (sv.num_partials > 0) {
-    ws.reserve(static_cast<std::size_t>(sv.num_partials) * ap.num_qo_heads * ap.head_dim,
-               static_cast<std::size_t>(pv.num_requests) * ap.num_kv_heads, stream);
-    ws.partial_lse.reserve(static_cast<std::size_t>(sv.num_partials) * ap.num_qo_heads);
-  }
+  LAZYATTN_CHECK(sv.num_partials == 0 ||
+                     (scratch.partial_o && scratch.partial_lse && scratch.split_counters),
+                 w, ": the schedule splits requests into ", sv.num_partials,
+                 " partial states, but the split-KV scratch is null");
 
   DecodeParams p;
   p.q = args.q;
   p.o = args.o;
   p.maybe_lse = args.maybe_lse;
+  p.query_rotated = args.query_rotated ? 1 : 0;
   p.k_pool = pool.k_layer(args.layer);
   p.v_pool = pool.v_layer(args.layer);
   p.page_stride = geo.page_stride();
@@ -999,9 +1021,10 @@ inline void decode(const DecodeArgs& args, const DevicePool& pool, const DeviceP
   p.plan = pv;
   p.sched = sv;
   p.rope = rv;
-  p.partial_o = ws.partial_o.data();
-  p.partial_lse = ws.partial_lse.data();
-  p.split_counters = ws.split_counters.data();
+  if (args.inputs_scaled) p.rope.query_scale = 1.0f;
+  p.partial_o = scratch.partial_o;
+  p.partial_lse = scratch.partial_lse;
+  p.split_counters = scratch.split_counters;
   p.sm_scale_log2 = static_cast<float>(ap.scale() * 1.4426950408889634);
   p.num_qo_heads = ap.num_qo_heads;
   p.num_kv_heads = ap.num_kv_heads;
@@ -1070,6 +1093,23 @@ inline void decode(const DecodeArgs& args, const DevicePool& pool, const DeviceP
       });
     }
   });
+}
+
+// As above with scratch from a workspace that grows to the plan's schedule (before a graph
+// capture, run once uncaptured so that it has grown).
+inline void decode(const DecodeArgs& args, const DevicePool& pool, const DevicePlan& plan,
+                   const DeviceRope& rope, DecodeWorkspace& ws, cudaStream_t stream = nullptr) {
+  const DecodeScheduleView& sv = plan.schedule();
+  const AttentionParams& ap = args.params;
+  if (sv.num_partials > 0 && sv.num_work > 0) {
+    ap.check("cuda::decode");
+    ws.reserve(static_cast<std::size_t>(sv.num_partials) * ap.num_qo_heads * ap.head_dim,
+               static_cast<std::size_t>(plan.view().num_requests) * ap.num_kv_heads, stream);
+    ws.partial_lse.reserve(static_cast<std::size_t>(sv.num_partials) * ap.num_qo_heads);
+  }
+  decode(args, pool, plan, rope,
+         DecodeScratch{ws.partial_o.data(), ws.partial_lse.data(), ws.split_counters.data()},
+         stream);
 }
 
 // How many decode CTAs fit on one multiprocessor for this element type and head dim (the

@@ -52,7 +52,24 @@ class DevicePool {
         geometry_{config.num_layers, config.num_kv_heads, config.head_dim, config.page_size,
                   config.num_pages},
         k_(static_cast<std::size_t>(geometry_.elements()) * size_of(config.dtype)),
-        v_(static_cast<std::size_t>(geometry_.elements()) * size_of(config.dtype)) {}
+        v_(static_cast<std::size_t>(geometry_.elements()) * size_of(config.dtype)),
+        k_base_(k_.data()),
+        v_base_(v_.data()) {}
+
+  // Over K and V pools the caller owns (a framework's tensors, say), shaped and typed as above,
+  // 16-byte aligned, and outliving this object. Nothing is allocated.
+  DevicePool(const KvStoreConfig& config, void* k, void* v)
+      : config_(checked(config)),
+        geometry_{config.num_layers, config.num_kv_heads, config.head_dim, config.page_size,
+                  config.num_pages},
+        k_base_(static_cast<std::byte*>(k)),
+        v_base_(static_cast<std::byte*>(v)) {
+    LAZYATTN_CHECK(k && v, "DevicePool: external K/V pools must not be null");
+    LAZYATTN_CHECK(reinterpret_cast<std::uintptr_t>(k) % 16 == 0 &&
+                       reinterpret_cast<std::uintptr_t>(v) % 16 == 0,
+                   "DevicePool: external K/V pools must be 16-byte aligned (tiles are read in "
+                   "16-byte vectors)");
+  }
 
   const KvStoreConfig& config() const { return config_; }
   const PoolGeometry& geometry() const { return geometry_; }
@@ -60,10 +77,10 @@ class DevicePool {
   std::size_t element_size() const { return static_cast<std::size_t>(size_of(config_.dtype)); }
 
   // Base of layer `layer` of the K or V pool (bytes; cast to the element type).
-  void* k_layer(int layer) { return k_.data() + layer_offset_bytes(layer); }
-  void* v_layer(int layer) { return v_.data() + layer_offset_bytes(layer); }
-  const void* k_layer(int layer) const { return k_.data() + layer_offset_bytes(layer); }
-  const void* v_layer(int layer) const { return v_.data() + layer_offset_bytes(layer); }
+  void* k_layer(int layer) { return k_base_ + layer_offset_bytes(layer); }
+  void* v_layer(int layer) { return v_base_ + layer_offset_bytes(layer); }
+  const void* k_layer(int layer) const { return k_base_ + layer_offset_bytes(layer); }
+  const void* v_layer(int layer) const { return v_base_ + layer_offset_bytes(layer); }
 
   // EXPERIMENTAL (the decode's TMA loader): tensor maps over the whole K and V pools, rows of
   // head_dim elements, boxes of min(page_size, 64) rows; built on first use. 16-bit pools only.
@@ -77,8 +94,8 @@ class DevicePool {
       const std::int64_t rows = geometry_.elements() / geometry_.head_dim;
       const int box = config_.page_size < 64 ? config_.page_size : 64;
       auto m = std::make_unique<TensorMaps>();
-      m->k = make_kv_tensor_map(k_.data(), config_.dtype, rows, geometry_.head_dim, box);
-      m->v = make_kv_tensor_map(v_.data(), config_.dtype, rows, geometry_.head_dim, box);
+      m->k = make_kv_tensor_map(k_base_, config_.dtype, rows, geometry_.head_dim, box);
+      m->v = make_kv_tensor_map(v_base_, config_.dtype, rows, geometry_.head_dim, box);
       m->box_rows = box;
       maps_ = std::move(m);
     }
@@ -88,8 +105,8 @@ class DevicePool {
   // Fills every page of both pools with hashed uniform values (benchmarks: no host traffic).
   void fill_uniform(std::uint64_t seed, cudaStream_t stream = nullptr) {
     std::int64_t n = geometry_.elements();
-    cuda::fill_uniform(k_.data(), config_.dtype, n, seed, stream);
-    cuda::fill_uniform(v_.data(), config_.dtype, n, seed ^ 0x5bd1e995ull, stream);
+    cuda::fill_uniform(k_base_, config_.dtype, n, seed, stream);
+    cuda::fill_uniform(v_base_, config_.dtype, n, seed ^ 0x5bd1e995ull, stream);
   }
 
   // Copies pages (every layer and head) from the host store's pool to the same page ids here.
@@ -97,9 +114,9 @@ class DevicePool {
                     cudaStream_t stream = nullptr) {
     check_store(store, "DevicePool::upload_pages");
     copy_pages(store, pages, [&](std::size_t host_off, std::size_t dev_off, std::size_t bytes) {
-      LAZYATTN_CUDA_CHECK(cudaMemcpyAsync(k_.data() + dev_off, store.k_bytes() + host_off, bytes,
+      LAZYATTN_CUDA_CHECK(cudaMemcpyAsync(k_base_ + dev_off, store.k_bytes() + host_off, bytes,
                                           cudaMemcpyHostToDevice, stream));
-      LAZYATTN_CUDA_CHECK(cudaMemcpyAsync(v_.data() + dev_off, store.v_bytes() + host_off, bytes,
+      LAZYATTN_CUDA_CHECK(cudaMemcpyAsync(v_base_ + dev_off, store.v_bytes() + host_off, bytes,
                                           cudaMemcpyHostToDevice, stream));
     });
   }
@@ -117,9 +134,9 @@ class DevicePool {
                       cudaStream_t stream = nullptr) const {
     check_store(store, "DevicePool::download_pages");
     copy_pages(store, pages, [&](std::size_t host_off, std::size_t dev_off, std::size_t bytes) {
-      LAZYATTN_CUDA_CHECK(cudaMemcpyAsync(store.k_bytes() + host_off, k_.data() + dev_off, bytes,
+      LAZYATTN_CUDA_CHECK(cudaMemcpyAsync(store.k_bytes() + host_off, k_base_ + dev_off, bytes,
                                           cudaMemcpyDeviceToHost, stream));
-      LAZYATTN_CUDA_CHECK(cudaMemcpyAsync(store.v_bytes() + host_off, v_.data() + dev_off, bytes,
+      LAZYATTN_CUDA_CHECK(cudaMemcpyAsync(store.v_bytes() + host_off, v_base_ + dev_off, bytes,
                                           cudaMemcpyDeviceToHost, stream));
     });
     LAZYATTN_CUDA_CHECK(cudaStreamSynchronize(stream));
@@ -180,8 +197,10 @@ class DevicePool {
 
   KvStoreConfig config_;
   PoolGeometry geometry_;
-  DeviceBuffer<std::byte> k_;
+  DeviceBuffer<std::byte> k_;  // empty over external pools
   DeviceBuffer<std::byte> v_;
+  std::byte* k_base_ = nullptr;
+  std::byte* v_base_ = nullptr;
   mutable std::unique_ptr<TensorMaps> maps_;  // built by tensor_maps() on first use
 };
 

@@ -5,6 +5,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <string_view>
 #include <vector>
 
 #include "lazyattn/cuda/common.cuh"
@@ -44,15 +45,7 @@ class DeviceRope {
   // rotation the per-request frequencies would not match.
   void prepare(const Plan& plan, cudaStream_t stream = nullptr) {
     if (!policy_.depends_on_length()) return;
-    for (std::int32_t s = 0; s < plan.num_segments(); ++s) {
-      if (plan.segment_length[s] > 0)
-        policy_.check_form(static_cast<StorageForm>(plan.segment_form[s]), "cuda::DeviceRope::prepare");
-    }
-    std::vector<RopeFrequencies> sets;
-    sets.reserve(static_cast<std::size_t>(plan.num_requests()));
-    for (std::int32_t b = 0; b < plan.num_requests(); ++b)
-      sets.push_back(policy_.frequencies(plan.request_rope_length[b]));
-    upload_sets(sets, stream);
+    upload_sets(request_sets(plan), stream);
     prepared_requests_ = plan.num_requests();
   }
 
@@ -67,22 +60,60 @@ class DeviceRope {
 
   const RopeView& view() const { return view_; }
   const RopePolicy& policy() const { return policy_; }
+  int offset_rows() const { return offset_rows_; }
+
+  // The frequency sets of a plan's requests as the kernels read them (length-dependent schedules:
+  // one per request), for a caller that ships them inside its own device buffer: turns
+  // [num_requests][rotary_dim / 2], offset cos/sin [num_requests][offset_rows][rotary_dim / 2].
+  void plan_sets(const Plan& plan, std::vector<std::uint64_t>& turns,
+                 std::vector<float2>& cs) const {
+    LAZYATTN_CHECK(policy_.depends_on_length(), "cuda::DeviceRope::plan_sets: rope_type ",
+                   to_string(policy_.rope_type()), " shares one set; plan_sets is for the "
+                   "length-dependent schedules");
+    build_sets(request_sets(plan), turns, cs);
+  }
+  // Reads a plan's request sets (plan_sets' arrays) from device memory the caller owns, until
+  // the next call of this or prepare().
+  void use_plan_sets(const void* turns, const void* cs, std::int32_t num_requests) {
+    view_.turns = static_cast<const std::uint64_t*>(turns);
+    view_.offset_cs = static_cast<const float2*>(cs);
+    view_.per_request = 1;
+    prepared_requests_ = num_requests;
+  }
 
  private:
-  void upload_sets(const std::vector<RopeFrequencies>& sets, cudaStream_t stream) {
+  std::vector<RopeFrequencies> request_sets(const Plan& plan) const {
+    for (std::int32_t s = 0; s < plan.num_segments(); ++s) {
+      if (plan.segment_length[s] > 0)
+        policy_.check_form(static_cast<StorageForm>(plan.segment_form[s]),
+                           "cuda::DeviceRope::prepare");
+    }
+    std::vector<RopeFrequencies> sets;
+    sets.reserve(static_cast<std::size_t>(plan.num_requests()));
+    for (std::int32_t b = 0; b < plan.num_requests(); ++b)
+      sets.push_back(policy_.frequencies(plan.request_rope_length[b]));
+    return sets;
+  }
+
+  void build_sets(const std::vector<RopeFrequencies>& sets, std::vector<std::uint64_t>& turns,
+                  std::vector<float2>& table) const {
     const int half = view_.rotary_dim / 2;
-    host_turns_.assign(sets.size() * half, 0);
-    host_cs_.assign(sets.size() * static_cast<std::size_t>(offset_rows_) * half, float2{});
+    turns.assign(sets.size() * half, 0);
+    table.assign(sets.size() * static_cast<std::size_t>(offset_rows_) * half, float2{});
     for (std::size_t s = 0; s < sets.size(); ++s) {
       for (int j = 0; j < half; ++j) {
-        host_turns_[s * half + j] = sets[s].turns[j];
+        turns[s * half + j] = sets[s].turns[j];
         for (int t = 0; t < offset_rows_; ++t) {
           rope::CosSin cs = rope::cos_sin(t, sets[s].turns[j]);
-          host_cs_[(s * offset_rows_ + t) * half + j] =
+          table[(s * offset_rows_ + t) * half + j] =
               make_float2(static_cast<float>(cs.cos), static_cast<float>(cs.sin));
         }
       }
     }
+  }
+
+  void upload_sets(const std::vector<RopeFrequencies>& sets, cudaStream_t stream) {
+    build_sets(sets, host_turns_, host_cs_);
     turns_.reserve(host_turns_.size());
     cs_.reserve(host_cs_.size());
     // Synchronous copies from pageable memory: frequency sets change only with a new plan.

@@ -92,6 +92,15 @@ __global__ void page_write_kernel(const __grid_constant__ PageWriteParams p) {
   }
 }
 
+inline void launch_page_write(const DevicePool& pool, const PageWriteParams& p,
+                              cudaStream_t stream) {
+  dispatch_dtype(pool.dtype(), [&](auto tag) {
+    using T = device_type_t<decltype(tag)>;
+    page_write_kernel<T><<<p.num_tokens, 256, 0, stream>>>(p);
+    LAZYATTN_CUDA_CHECK_LAUNCH();
+  });
+}
+
 }  // namespace detail
 
 // Writes tokens (K, V: [num_tokens, num_kv_heads, head_dim] device arrays of the pool's dtype)
@@ -114,11 +123,22 @@ inline void write_tokens(DevicePool& pool, int layer, const void* k, const void*
                             dst_page, dst_slot,  maybe_rotate_position, rope.view(),
                             pool.geometry().page_stride(), pool.geometry().head_stride(),
                             num_tokens, pool.geometry().num_kv_heads, pool.geometry().head_dim};
-  dispatch_dtype(pool.dtype(), [&](auto tag) {
-    using T = device_type_t<decltype(tag)>;
-    detail::page_write_kernel<T><<<num_tokens, 256, 0, stream>>>(p);
-    LAZYATTN_CUDA_CHECK_LAUNCH();
-  });
+  detail::launch_page_write(pool, p, stream);
+}
+
+// Writes tokens as given, without RoPE: raw form, or K a model already rotated (a document
+// encoded at 0..len-1 in local form, a tail in absolute form).
+inline void copy_tokens(DevicePool& pool, int layer, const void* k, const void* v,
+                        std::int32_t num_tokens, const std::int32_t* dst_page,
+                        const std::int32_t* dst_slot, cudaStream_t stream = nullptr) {
+  LAZYATTN_CHECK(num_tokens >= 0, "cuda::copy_tokens: num_tokens ", num_tokens,
+                 ", expected >= 0");
+  if (num_tokens == 0) return;
+  detail::PageWriteParams p{k,        v,         pool.k_layer(layer), pool.v_layer(layer),
+                            dst_page, dst_slot,  nullptr, RopeView{},
+                            pool.geometry().page_stride(), pool.geometry().head_stride(),
+                            num_tokens, pool.geometry().num_kv_heads, pool.geometry().head_dim};
+  detail::launch_page_write(pool, p, stream);
 }
 
 }  // namespace lazyattn::cuda

@@ -49,6 +49,9 @@ struct PrefillParams {
   const void* q = nullptr;     // [num_queries, num_qo_heads, head_dim], un-rotated
   void* o = nullptr;           // [num_queries, num_qo_heads, head_dim]
   float* maybe_lse = nullptr;  // [num_queries, num_qo_heads], natural log; may be null
+  // 1: each query row arrives rotated at its own position m_i (a model's q), so every row's
+  // rotation counts from 0 rather than from m_i: R(m_i - s) q = R(-s) R(m_i) q.
+  std::int32_t query_rotated = 0;
   const void* k_pool = nullptr;
   const void* v_pool = nullptr;
   std::int64_t page_stride = 0;
@@ -130,10 +133,12 @@ __device__ __forceinline__ void cta_tile_range(const PrefillParams& p, int b, in
 // and rounded once. Each lane takes two pairs per access (32-bit pieces of both halves in the
 // half layout, 64 bits in the interleaved one); the dims past rotary_dim are only scaled.
 // rotary = 0 scales everything (the RoPE-off baseline). G (a divisor of 128) is a power of two.
+// fine_mask 15 takes the offset's row of `fine`; 0 takes row 0 (the identity) for every row, as
+// queries already rotated at their own positions need (the coarse table then holds one angle).
 template <class T, int D>
 __device__ __forceinline__ void rotate_query_rows(const T* q_raw, T* q_rot, int row0, int nrows,
                                                   int lane, const float2* coarse,
-                                                  const float2* fine, int rotary,
+                                                  const float2* fine, int fine_mask, int rotary,
                                                   bool interleaved, int log2_group,
                                                   float rot_scale, float scale) {
   const int half = rotary / 2;
@@ -144,7 +149,7 @@ __device__ __forceinline__ void rotate_query_rows(const T* q_raw, T* q_rot, int 
     const int j = 2 * u;
     for (int i = i_lo; i <= i_hi; ++i) {
       const float4 a = *reinterpret_cast<const float4*>(coarse + (i >> 4) * half + j);
-      const float4 b = *reinterpret_cast<const float4*>(fine + (i & 15) * half + j);
+      const float4 b = *reinterpret_cast<const float4*>(fine + (i & fine_mask) * half + j);
       const float2 c0 = combine_angles(make_float2(a.x, a.y), make_float2(b.x, b.y));
       const float2 c1 = combine_angles(make_float2(a.z, a.w), make_float2(b.z, b.w));
       const int r_end = min(row0 + nrows, (i + 1) << log2_group);
@@ -247,7 +252,10 @@ __global__ void __launch_bounds__(PrefillShape<D>::kThreads, PrefillShape<D>::kM
   const int nq = p.plan.request_query_indptr[b + 1] - q_row0;
   const int rows_here = min(kPrefillRows, nq * G - row_begin);
   const int i_first = row_begin / G;  // query index (within the request) of row 0
-  const std::int64_t m_first = p.plan.request_query_position[b] + i_first;
+  // Where row 0's rotation counts from, and how it steps per query row: m_first + i for
+  // un-rotated queries, 0 throughout for queries rotated at their own positions.
+  const std::int64_t m_first = p.query_rotated ? 0 : p.plan.request_query_position[b] + i_first;
+  const int row_step = p.query_rotated ? 0 : 1;
   // Tail key kt is visible to query i when kt <= causal_offset + i.
   const int causal_offset = p.plan.segment_length[p.plan.request_tail_segment[b]] - nq;
   const int max_visible_tail = causal_offset + (row_begin + rows_here - 1) / G;
@@ -300,7 +308,7 @@ __global__ void __launch_bounds__(PrefillShape<D>::kThreads, PrefillShape<D>::kM
   const int coarse_rows = (kPrefillRows / G + 15) / 16;
   auto compute_seg = [&](std::int64_t delta) {
     for (int i = tid; i < coarse_rows * half; i += kThreads)
-      cs_seg[i] = rope_cos_sin(delta + 16 * (i / half), s_turns[i % half]);
+      cs_seg[i] = rope_cos_sin(delta + 16 * row_step * (i / half), s_turns[i % half]);
   };
   auto compute_kbase = [&](const TileInfo& ti) {
     const std::int64_t n0 = ti.seg_start + ti.key0;
@@ -354,7 +362,7 @@ __global__ void __launch_bounds__(PrefillShape<D>::kThreads, PrefillShape<D>::kM
     if (!q_ready || (kRope && delta != q_delta)) {
       const float scale = p.sm_scale_log2;
       rotate_query_rows<T, D>(q_raw, q_rot, warp_row0, 16 * MT, lane, cs_seg, cs_koff,
-                              kRope ? rotary : 0, interleaved, __ffs(G) - 1,
+                              15 * row_step, kRope ? rotary : 0, interleaved, __ffs(G) - 1,
                               kRope ? scale * p.rope.query_scale : scale, scale);
       __syncwarp();
       q_delta = delta;
@@ -722,7 +730,9 @@ __global__ void __launch_bounds__(kWs ? kWgmmaWsThreads : kWgmmaPrefillThreads, 
   const int nq = p.plan.request_query_indptr[b + 1] - q_row0;
   const int rows_here = min(kPrefillRows, nq * G - row_begin);
   const int i_first = row_begin / G;
-  const std::int64_t m_first = p.plan.request_query_position[b] + i_first;
+  // As in prefill_kernel: 0 and no per-row step for queries rotated at their own positions.
+  const std::int64_t m_first = p.query_rotated ? 0 : p.plan.request_query_position[b] + i_first;
+  const int row_step = p.query_rotated ? 0 : 1;
   const int causal_offset = p.plan.segment_length[p.plan.request_tail_segment[b]] - nq;
   const int max_visible_tail = causal_offset + (row_begin + rows_here - 1) / G;
   const int rope_set = p.rope.per_request ? b : 0;
@@ -890,20 +900,23 @@ __global__ void __launch_bounds__(kWs ? kWgmmaWsThreads : kWgmmaPrefillThreads, 
     // Tables for R(m - s), the scale folded into the coarse one, each thread's angle steps read
     // from global memory: no barrier before the raw query's (run's first), which orders these
     // writes before every read (the loader passes one barrier fewer in its hand_over).
-    for (int i = tid; i < 16 * kHalf; i += kThreads) cs_off[i] = offset_cs[i];
+    // (Offset row 0 is the identity: every row of a pre-rotated query takes it.)
+    for (int i = tid; i < 16 * kHalf; i += kThreads)
+      cs_off[i] = offset_cs[row_step ? i : i % kHalf];
     const int coarse_rows = (kPrefillRows / G + 15) / 16;
     const std::int64_t base = m_first - first.seg_start;
     for (int i = tid; i < coarse_rows * kHalf; i += kThreads) {
-      const float2 c = rope_cos_sin(base + 16 * (i / kHalf), turns[i % kHalf]);
+      const float2 c = rope_cos_sin(base + 16 * row_step * (i / kHalf), turns[i % kHalf]);
       cs_q[i] = make_float2(c.x * q_scale, c.y * q_scale);
     }
   } else if (kRope) {
-    for (int i = tid; i < 16 * kHalf; i += kThreads) cs_off[i] = offset_cs[i];
+    for (int i = tid; i < 16 * kHalf; i += kThreads)
+      cs_off[i] = offset_cs[row_step ? i : i % kHalf];
     for (int j = tid; j < kHalf; j += kThreads) s_turns[j] = turns[j];
     __syncthreads();  // warp-specialised: the loader too (its hand_over)
     const int coarse_rows = (kPrefillRows / G + 15) / 16;
     for (int i = tid; i < coarse_rows * kHalf; i += kThreads)
-      cs_q[i] = rope_cos_sin(m_first + 16 * (i / kHalf), s_turns[i % kHalf]);
+      cs_q[i] = rope_cos_sin(m_first + 16 * row_step * (i / kHalf), s_turns[i % kHalf]);
     compute_seg(q_seg_start);  // read after the prologue's barrier
   }
 
@@ -1299,6 +1312,15 @@ struct PrefillWorkspace {
   DeviceBuffer<float> partial_lse;
 };
 
+// Split-KV scratch in memory the caller owns, with room for `max_splits` splits: partial_o
+// [max_splits][num_queries * num_qo_heads][head_dim] and partial_lse [max_splits][num_queries *
+// num_qo_heads] floats. max_splits 0 (or 1): no splits.
+struct PrefillScratch {
+  float* partial_o = nullptr;
+  float* partial_lse = nullptr;
+  int max_splits = 0;
+};
+
 // The prefill kernels: the FlashAttention-2-style mma.sync kernel (every head dim, form and
 // rotary layout) and the Hopper wgmma kernel (head dim 128, local form, rotate-half), in two
 // forms: kWgmmaWs (a loading warpgroup and two computing ones, FlashAttention-3's warp
@@ -1324,6 +1346,12 @@ struct PrefillArgs {
   int layer = 0;
   AttentionParams params;
   bool rope = true;  // false: the RoPE-off baseline (queries and keys pre-rotated)
+  // true: each query row is already rotated at its own position (a model's q); the kernels
+  // apply R(-s_j) per local segment and R(-n) per raw key instead of R(m_i - s_j), R(m_i - n).
+  bool query_rotated = false;
+  // true: q and the keys carry the schedule's attention factor on their rotary dims already (a
+  // model's own rotation: YaRN, LongRoPE), so the query is not scaled by it again.
+  bool inputs_scaled = false;
   // Key-range splits per query tile: 0 picks (enough CTAs to fill the GPU when the query tiles
   // alone do not), 1 none, N forces N. Splits need a workspace.
   int kv_splits = 0;
@@ -1367,11 +1395,28 @@ inline PrefillKernel resolve_prefill_kernel(const PrefillArgs& args, const Devic
                       ", expected auto (0), mma_sync (1), wgmma (2) or wgmma_ws (3)");
 }
 
+// The key-range splits per query tile that kv_splits = 0 picks: enough CTAs for one full wave,
+// each split at least 4 key tiles, at most 16 (the GPU's SM count is read each call).
+inline int prefill_auto_splits(const PrefillArgs& args, const DevicePlan& plan,
+                               const DeviceRope& rope) {
+  const PrefillKernel chosen = resolve_prefill_kernel(args, plan, rope);
+  const bool wgmma = chosen == PrefillKernel::kWgmma || chosen == PrefillKernel::kWgmmaWs;
+  const DecodeScheduleView& sv = plan.schedule();
+  const std::int64_t ctas =
+      std::max<std::int64_t>(1, static_cast<std::int64_t>(sv.num_qtiles) * args.params.num_kv_heads);
+  const std::int64_t capacity =
+      std::int64_t{device_sm_count()} * (args.params.head_dim <= 128 && !wgmma ? 2 : 1);
+  const std::int64_t tiles = sv.num_tiles / std::max(1, plan.view().num_requests);
+  return static_cast<int>(std::clamp<std::int64_t>(std::min(capacity / ctas, tiles / 4), 1, 16));
+}
+
 // Launches the prefill for one layer over a plan uploaded with make_prefill_schedule. The K/V of
 // the new tail tokens must already be in their pages (write_tokens). No host synchronisation.
-// With a workspace, query tiles too few to fill the GPU split their key range (args.kv_splits).
+// Query tiles too few to fill the GPU split their key range (args.kv_splits; automatic splits
+// take at most the scratch's max_splits).
 inline void prefill(const PrefillArgs& args, const DevicePool& pool, const DevicePlan& plan,
-                    const DeviceRope& rope, PrefillWorkspace* ws, cudaStream_t stream = nullptr) {
+                    const DeviceRope& rope, const PrefillScratch& scratch,
+                    cudaStream_t stream = nullptr) {
   const char* w = "cuda::prefill";
   const AttentionParams& ap = args.params;
   ap.check(w);
@@ -1394,8 +1439,11 @@ inline void prefill(const PrefillArgs& args, const DevicePool& pool, const Devic
                  reinterpret_cast<std::uintptr_t>(args.q) % 16, " mod 16");
   LAZYATTN_CHECK(args.kv_splits >= 0 && args.kv_splits <= 64, w, ": kv_splits ", args.kv_splits,
                  ", expected 0 (automatic) to 64");
-  LAZYATTN_CHECK(args.kv_splits <= 1 || ws, w, ": kv_splits ", args.kv_splits,
-                 " needs a PrefillWorkspace, got none");
+  LAZYATTN_CHECK(args.kv_splits <= 1 || args.kv_splits <= scratch.max_splits, w,
+                 ": kv_splits ", args.kv_splits, " needs scratch for as many splits, got room for ",
+                 scratch.max_splits);
+  LAZYATTN_CHECK(scratch.max_splits <= 1 || (scratch.partial_o && scratch.partial_lse), w,
+                 ": scratch for ", scratch.max_splits, " splits has a null buffer");
   const PlanView& pv = plan.view();
   const DecodeScheduleView& sv = plan.schedule();
   LAZYATTN_CHECK(sv.rows_per_qtile == detail::kPrefillRows, w, ": schedule rows_per_qtile ",
@@ -1420,6 +1468,7 @@ inline void prefill(const PrefillArgs& args, const DevicePool& pool, const Devic
   p.q = args.q;
   p.o = args.o;
   p.maybe_lse = args.maybe_lse;
+  p.query_rotated = args.query_rotated ? 1 : 0;
   p.k_pool = pool.k_layer(args.layer);
   p.v_pool = pool.v_layer(args.layer);
   p.page_stride = geo.page_stride();
@@ -1427,6 +1476,7 @@ inline void prefill(const PrefillArgs& args, const DevicePool& pool, const Devic
   p.plan = pv;
   p.sched = sv;
   p.rope = rv;
+  if (args.inputs_scaled) p.rope.query_scale = 1.0f;
   p.sm_scale_log2 = static_cast<float>(ap.scale() * 1.4426950408889634);
   p.num_qo_heads = ap.num_qo_heads;
   p.group_size = ap.group_size();
@@ -1436,22 +1486,15 @@ inline void prefill(const PrefillArgs& args, const DevicePool& pool, const Devic
   const PrefillKernel chosen = resolve_prefill_kernel(args, plan, rope);
   const bool wgmma = chosen == PrefillKernel::kWgmma || chosen == PrefillKernel::kWgmmaWs;
   int splits = args.kv_splits;
-  if (splits == 0) {  // enough CTAs for one full wave, each split at least 4 key tiles
-    const std::int64_t ctas = static_cast<std::int64_t>(sv.num_qtiles) * ap.num_kv_heads;
-    const std::int64_t capacity =
-        std::int64_t{device_sm_count()} * (ap.head_dim <= 128 && !wgmma ? 2 : 1);
-    const std::int64_t tiles = sv.num_tiles / std::max(1, pv.num_requests);
-    splits = ws ? static_cast<int>(std::clamp<std::int64_t>(
-                      std::min(capacity / ctas, tiles / 4), 1, 16))
-                : 1;
-  }
+  if (splits == 0)
+    splits = scratch.max_splits > 1
+                 ? std::min(prefill_auto_splits(args, plan, rope), scratch.max_splits)
+                 : 1;
   const std::int64_t out_rows = static_cast<std::int64_t>(pv.num_queries) * ap.num_qo_heads;
   if (splits > 1) {
-    ws->partial_o.reserve(static_cast<std::size_t>(splits * out_rows * ap.head_dim));
-    ws->partial_lse.reserve(static_cast<std::size_t>(splits * out_rows));
     p.kv_splits = splits;
-    p.partial_o = ws->partial_o.data();
-    p.partial_lse = ws->partial_lse.data();
+    p.partial_o = scratch.partial_o;
+    p.partial_lse = scratch.partial_lse;
   }
 
   dispatch_dtype(args.dtype, [&](auto tag) {
@@ -1512,10 +1555,32 @@ inline void prefill(const PrefillArgs& args, const DevicePool& pool, const Devic
   });
 }
 
+// With a workspace that grows to the splits (automatic ones or args.kv_splits); null: no
+// key-range splits (kv_splits must be 0 or 1). Before a graph capture, run once uncaptured so
+// that the workspace has grown.
+inline void prefill(const PrefillArgs& args, const DevicePool& pool, const DevicePlan& plan,
+                    const DeviceRope& rope, PrefillWorkspace* ws, cudaStream_t stream = nullptr) {
+  PrefillScratch scratch;
+  if (ws && args.kv_splits != 1 && plan.schedule().num_qtiles > 0) {
+    args.params.check("cuda::prefill");
+    const int splits = args.kv_splits > 0 ? args.kv_splits : prefill_auto_splits(args, plan, rope);
+    if (splits > 1) {
+      const std::int64_t out_rows =
+          static_cast<std::int64_t>(plan.view().num_queries) * args.params.num_qo_heads;
+      ws->partial_o.reserve(static_cast<std::size_t>(splits * out_rows * args.params.head_dim));
+      ws->partial_lse.reserve(static_cast<std::size_t>(splits * out_rows));
+      scratch = PrefillScratch{ws->partial_o.data(), ws->partial_lse.data(), splits};
+    }
+  }
+  LAZYATTN_CHECK(ws || args.kv_splits <= 1, "cuda::prefill: kv_splits ", args.kv_splits,
+                 " needs a PrefillWorkspace, got none");
+  prefill(args, pool, plan, rope, scratch, stream);
+}
+
 // Without a workspace: no key-range splits (kv_splits must be 0 or 1).
 inline void prefill(const PrefillArgs& args, const DevicePool& pool, const DevicePlan& plan,
                     const DeviceRope& rope, cudaStream_t stream = nullptr) {
-  prefill(args, pool, plan, rope, nullptr, stream);
+  prefill(args, pool, plan, rope, static_cast<PrefillWorkspace*>(nullptr), stream);
 }
 
 }  // namespace lazyattn::cuda

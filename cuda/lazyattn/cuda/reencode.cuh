@@ -24,7 +24,7 @@ struct ReencodeJob {
   std::vector<std::int32_t> seg_src_begin;  // [S] into src_pages
   std::vector<std::int32_t> seg_dst_begin;  // [S] into dst_pages
   std::vector<std::int32_t> seg_length;     // [S] tokens
-  std::vector<std::int64_t> seg_start;      // [S] logical start
+  std::vector<std::int64_t> seg_start;      // [S] rotation start (logical start, 0: absolute)
   std::vector<std::uint8_t> seg_form;       // [S] StorageForm of the source
 
   void add(std::span<const std::int32_t> src, std::span<const std::int32_t> dst,
@@ -34,7 +34,7 @@ struct ReencodeJob {
     src_pages.insert(src_pages.end(), src.begin(), src.end());
     dst_pages.insert(dst_pages.end(), dst.begin(), dst.end());
     seg_length.push_back(length);
-    seg_start.push_back(start);
+    seg_start.push_back(rotation_start(form, start));
     seg_form.push_back(static_cast<std::uint8_t>(form));
   }
   std::int32_t num_segments() const { return static_cast<std::int32_t>(seg_length.size()); }
@@ -71,7 +71,7 @@ __global__ void reencode_kernel(const __grid_constant__ ReencodeParams p) {
   if (tok0 >= len) return;
   const int ntok = min(kReencodeTokens, len - tok0);
   const int r = p.rope.rotary_dim, half = r / 2;
-  const bool local = p.seg_form[seg] == static_cast<std::uint8_t>(StorageForm::kLocal);
+  const bool local = p.seg_form[seg] != static_cast<std::uint8_t>(StorageForm::kRaw);
   // Local-form keys already carry R(i): they need R(start); raw keys need R(start + i).
   for (int i = threadIdx.x; i < ntok * half; i += blockDim.x) {
     int t = i / half, j = i % half;

@@ -31,6 +31,19 @@ struct TileInfo {
 };
 static_assert(sizeof(TileInfo) == 32, "TileInfo is loaded as two 16-byte vectors");
 
+// A tile's form and start as the kernels read them: they know raw and local form only. An
+// absolute-form tail is local form whose rotation is measured from position 0 (rotation_start),
+// so its tiles carry form local and start 0; raw tiles carry the logical start.
+inline std::int32_t tile_form(std::uint8_t segment_form) {
+  return segment_form == static_cast<std::uint8_t>(StorageForm::kRaw)
+             ? static_cast<std::int32_t>(StorageForm::kRaw)
+             : static_cast<std::int32_t>(StorageForm::kLocal);
+}
+inline std::int64_t tile_start(const Plan& plan, std::int32_t seg) {
+  const auto at = static_cast<std::size_t>(seg);
+  return rotation_start(static_cast<StorageForm>(plan.segment_form[at]), plan.segment_start[at]);
+}
+
 struct DecodeSchedule {
   int tile_keys = 64;
   std::int32_t num_tiles = 0;
@@ -68,6 +81,9 @@ struct ScheduleOptions {
   int ctas_per_sm = 2;
   int min_tiles_per_split = 2;  // below ~128 keys, merging costs more than the parallelism saves
   int forced_splits = 0;        // > 0: exactly this many splits per request (clamped to its tiles)
+  // Non-empty: request b gets exactly request_splits[b] splits (a later step's plan keeping the
+  // grid of a captured one); it must not exceed the request's tiles.
+  std::vector<std::int32_t> request_splits;
 };
 
 inline DecodeSchedule make_decode_schedule(const Plan& plan, int num_kv_heads,
@@ -78,6 +94,10 @@ inline DecodeSchedule make_decode_schedule(const Plan& plan, int num_kv_heads,
   LAZYATTN_CHECK(num_kv_heads >= 1, w, ": num_kv_heads ", num_kv_heads, ", expected >= 1");
   LAZYATTN_CHECK(opt.forced_splits >= 0, w, ": forced_splits ", opt.forced_splits,
                  ", expected >= 0");
+  LAZYATTN_CHECK(opt.request_splits.empty() ||
+                     opt.request_splits.size() == static_cast<std::size_t>(plan.num_requests()),
+                 w, ": ", opt.request_splits.size(), " request_splits for ", plan.num_requests(),
+                 " requests, expected one per request");
   DecodeSchedule s;
   s.tile_keys = opt.tile_keys;
   const std::int32_t B = plan.num_requests();
@@ -93,8 +113,8 @@ inline DecodeSchedule make_decode_schedule(const Plan& plan, int num_kv_heads,
         ti.page_base = plan.segment_page_indptr[seg];
         ti.key0 = k;
         ti.rows = std::min(opt.tile_keys, plan.segment_length[seg] - k);
-        ti.form = plan.segment_form[seg];
-        ti.seg_start = plan.segment_start[seg];
+        ti.form = tile_form(plan.segment_form[seg]);
+        ti.seg_start = tile_start(plan, seg);
         ti.segment = seg;
         ti.is_tail = plan.segment_kind[seg] == static_cast<std::uint8_t>(SegmentKind::kTail);
         s.tiles.push_back(ti);
@@ -111,7 +131,7 @@ inline DecodeSchedule make_decode_schedule(const Plan& plan, int num_kv_heads,
   // cost per CTA), where a wave is one CTA on every slot (SMs x CTAs per SM). Fewer waves save the
   // per-CTA start-up and the last wave's idle slots; shorter chunks cut the per-wave time.
   std::int64_t chunk = 0;
-  if (opt.forced_splits == 0) {
+  if (opt.forced_splits == 0 && opt.request_splits.empty()) {
     const std::int64_t slots = static_cast<std::int64_t>(opt.num_sms) * opt.ctas_per_sm;
     std::int64_t max_tiles = 1;
     for (std::int64_t t : request_tiles) max_tiles = std::max(max_tiles, t);
@@ -140,7 +160,13 @@ inline DecodeSchedule make_decode_schedule(const Plan& plan, int num_kv_heads,
   for (std::int32_t b = 0; b < B; ++b) {
     std::int64_t tiles = request_tiles[b];
     std::int64_t splits = opt.forced_splits > 0 ? std::min<std::int64_t>(opt.forced_splits, tiles)
-                                                : (tiles + chunk - 1) / chunk;
+                                                : chunk > 0 ? (tiles + chunk - 1) / chunk
+                                                            : 1;
+    if (!opt.request_splits.empty()) {
+      splits = opt.request_splits[b];
+      LAZYATTN_CHECK(splits >= 1 && splits <= std::max<std::int64_t>(tiles, 1), w, ": request ",
+                     b, " request_splits ", splits, ", expected in [1, its ", tiles, " tiles]");
+    }
     splits = std::max<std::int64_t>(splits, 1);
     s.request_num_splits[b] = static_cast<std::int32_t>(splits);
     s.request_partial_offset[b] = splits > 1 ? s.num_partials : -1;

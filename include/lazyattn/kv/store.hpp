@@ -237,7 +237,7 @@ class KvStore {
   // ---- tails ----------------------------------------------------------------------------------
 
   TailHandle create_tail(StorageForm form = StorageForm::kLocal) {
-    check_form("KvStore::create_tail", form);
+    check_form("KvStore::create_tail", form, /*tail=*/true);
     std::lock_guard lock(mu_);
     std::uint32_t slot;
     if (!free_tail_slots_.empty()) {
@@ -516,9 +516,12 @@ class KvStore {
                    to_string(dtype_of<T>()), ", expected the store's ", to_string(config_.dtype));
   }
 
-  static void check_form(const char* where, StorageForm form) {
+  // Documents are raw or local; a tail may also be absolute (K rotated at its logical positions).
+  static void check_form(const char* where, StorageForm form, bool tail = false) {
+    if (tail && form == StorageForm::kAbsolute) return;
     LAZYATTN_CHECK(form == StorageForm::kRaw || form == StorageForm::kLocal, where,
-                   ": storage form ", static_cast<int>(form), ", expected raw (0) or local (1)");
+                   ": storage form ", static_cast<int>(form), ", expected raw (0) or local (1)",
+                   tail ? " or absolute (2)" : " (absolute form is for tails only)");
   }
 
   // A token count: at least one, at most what a length can hold (int32, as plans store it).

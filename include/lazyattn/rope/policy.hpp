@@ -41,8 +41,8 @@ class RopePolicy {
   // Throws when keys in `form` cannot be served: a local-form key has a rotation baked in, which a
   // length-dependent schedule would have to change per request.
   void check_form(StorageForm form, const char* where) const {
-    LAZYATTN_CHECK(!(form == StorageForm::kLocal && depends_on_length()), where,
-                   ": storage form local with rope_type ", to_string(rope_type()),
+    LAZYATTN_CHECK(form == StorageForm::kRaw || !depends_on_length(), where,
+                   ": storage form ", to_string(form), " with rope_type ", to_string(rope_type()),
                    ", expected raw: this schedule depends on the request length");
   }
 

@@ -21,14 +21,25 @@ enum class RopeType : std::uint8_t { kDefault, kLinear, kDynamic, kYarn, kLlama3
 //   kRaw   K before RoPE; the kernel rotates each key at its logical position.
 //   kLocal K rotated at document-local positions 0..len-1; the kernel rotates the query once per
 //          segment by (m - s), s being the segment's logical start.
-enum class StorageForm : std::uint8_t { kRaw, kLocal };
+//   kAbsolute K rotated at its logical positions in the request, as a model's own forward caches
+//          it (transformers and vLLM rotate k before attention): tails only, since a document's
+//          positions differ per request. It is local form measured from position 0 instead of
+//          from the segment's start, so the kernel rotates the query by m - 0.
+enum class StorageForm : std::uint8_t { kRaw, kLocal, kAbsolute };
+
+// The position a stored key's rotation is measured from in a segment starting at
+// `segment_start`: local-form key i holds R(i) k = R(n - s) k, an absolute-form key R(n) k.
+// (Raw keys hold no rotation; their kernels use the logical position itself.)
+constexpr std::int64_t rotation_start(StorageForm form, std::int64_t segment_start) {
+  return form == StorageForm::kAbsolute ? 0 : segment_start;
+}
 
 constexpr std::string_view to_string(PairLayout v) {
   return v == PairLayout::kHalf ? "half" : "interleaved";
 }
 
 constexpr std::string_view to_string(StorageForm v) {
-  return v == StorageForm::kRaw ? "raw" : "local";
+  return v == StorageForm::kRaw ? "raw" : v == StorageForm::kLocal ? "local" : "absolute";
 }
 
 constexpr std::string_view to_string(RopeType v) {

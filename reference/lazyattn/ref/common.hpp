@@ -157,15 +157,16 @@ inline void check_plan(const char* where, const KvStore& store, const Plan& plan
     const std::int64_t needed = (len + c.page_size - 1) / c.page_size;
     LAZYATTN_CHECK(pages >= needed, where, ": segment ", s, " of length ", len, " has ", pages,
                    " pages, expected at least ", needed, " (page_size ", c.page_size, ")");
-    LAZYATTN_CHECK(plan.segment_form[s] <= static_cast<std::uint8_t>(StorageForm::kLocal), where,
-                   ": segment ", s, " form ", int{plan.segment_form[s]},
-                   ", expected 0 (raw) or 1 (local)");
+    LAZYATTN_CHECK(plan.segment_form[s] <= static_cast<std::uint8_t>(StorageForm::kAbsolute),
+                   where, ": segment ", s, " form ", int{plan.segment_form[s]},
+                   ", expected 0 (raw), 1 (local) or 2 (absolute)");
+    LAZYATTN_CHECK(plan.segment_form[s] != static_cast<std::uint8_t>(StorageForm::kAbsolute) ||
+                       plan.segment_kind[s] == static_cast<std::uint8_t>(SegmentKind::kTail),
+                   where, ": segment ", s, " is a document in absolute form, expected a tail");
     LAZYATTN_CHECK(plan.segment_kind[s] <= static_cast<std::uint8_t>(SegmentKind::kTail), where,
                    ": segment ", s, " kind ", int{plan.segment_kind[s]},
                    ", expected 0 (document) or 1 (tail)");
-    if (static_cast<StorageForm>(plan.segment_form[s]) == StorageForm::kLocal) {
-      rope.check_form(StorageForm::kLocal, where);
-    }
+    rope.check_form(static_cast<StorageForm>(plan.segment_form[s]), where);
   }
   for (std::int64_t b = 0; b < num_requests; ++b) {
     const std::int64_t seg_begin = plan.request_segment_indptr[b];

@@ -405,8 +405,11 @@ void attend_typed(const KvStore& store, const Plan& plan, int layer, const RopeP
       bool have_q_at_m = false;
       for (int s = plan.request_segment_indptr[b]; s < plan.request_segment_indptr[b + 1]; ++s) {
         const std::int64_t len = plan.segment_length[s];
-        const std::int64_t start = plan.segment_start[s];
-        const bool raw = static_cast<StorageForm>(plan.segment_form[s]) == StorageForm::kRaw;
+        const auto form = static_cast<StorageForm>(plan.segment_form[s]);
+        const bool raw = form == StorageForm::kRaw;
+        // Raw keys turn at their logical positions start + i; stored rotations count from
+        // rotation_start (the segment's start, or 0 for absolute form).
+        const std::int64_t start = rotation_start(form, plan.segment_start[s]);
         const bool is_tail = s == tail;
         if (len == 0) continue;
         const Matrix* qcur = &w.q_at_m;
@@ -467,8 +470,11 @@ void attend_typed(const KvStore& store, const Plan& plan, int layer, const RopeP
       std::int64_t j = 0;
       for (int s = plan.request_segment_indptr[b]; s < plan.request_segment_indptr[b + 1]; ++s) {
         const std::int64_t len = plan.segment_length[s];
-        const std::int64_t start = plan.segment_start[s];
-        const bool raw = static_cast<StorageForm>(plan.segment_form[s]) == StorageForm::kRaw;
+        const auto form = static_cast<StorageForm>(plan.segment_form[s]);
+        const bool raw = form == StorageForm::kRaw;
+        // Raw keys turn at their logical positions start + i; stored rotations count from
+        // rotation_start (the segment's start, or 0 for absolute form).
+        const std::int64_t start = rotation_start(form, plan.segment_start[s]);
         if (!raw) w.rot.set(0, f, start);
         for (std::int64_t i = 0; i < len; ++i, ++j) {
           const std::int64_t page =

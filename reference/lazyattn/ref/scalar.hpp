@@ -119,7 +119,8 @@ struct Context {
   Vec K;                                 // [n, num_kv_heads, head_dim] as stored
   Vec V;                                 // [n, num_kv_heads, head_dim]
   std::vector<std::int64_t> position;    // [n] logical position n_j
-  std::vector<std::int64_t> start;       // [n] start s_j of the key's segment
+  std::vector<std::int64_t> start;       // [n] rotation start of the key's segment (s_j, or 0
+                                         //     for absolute form: rotation_start)
   std::vector<StorageForm> form;         // [n]
   std::vector<std::int64_t> tail_index;  // [n] index within the tail, -1 for document keys
 };
@@ -156,8 +157,9 @@ Context gather(const KvStore& store, const Plan& plan, int layer, int b) {
         }
       }
       ctx.position.push_back(plan.segment_start[s] + i);
-      ctx.start.push_back(plan.segment_start[s]);
-      ctx.form.push_back(static_cast<StorageForm>(plan.segment_form[s]));
+      const auto form = static_cast<StorageForm>(plan.segment_form[s]);
+      ctx.start.push_back(rotation_start(form, plan.segment_start[s]));
+      ctx.form.push_back(form);
       ctx.tail_index.push_back(is_tail ? i : -1);
       ++ctx.n;
     }

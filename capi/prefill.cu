@@ -1,0 +1,60 @@
+// lazyattn's C ABI: the prefill launch (lazyattn_prefill), and the automatic key-range splits the
+// plans size their workspace for.
+#include <algorithm>
+
+#include "launch.cuh"
+#include "lazyattn/cuda/prefill.cuh"
+
+using namespace lazyattn;
+using namespace lazyattn::capi;
+
+namespace lazyattn::capi {
+int prefill_max_auto_splits(const lazyattn_plan_t& plan) {
+  cuda::DevicePlan dp;
+  dp.bind(plan.packed, nullptr);  // host-side fields only: nothing is read through the pointers
+  const cuda::DeviceRope& rope = plan.plan_rope ? *plan.plan_rope : plan.rope->device_rope;
+  cuda::PrefillArgs args;
+  args.dtype = plan.pool->config.dtype;
+  args.params = AttentionParams{plan.num_qo_heads, plan.pool->config.num_kv_heads,
+                                plan.pool->config.head_dim, 0.0, 0.0};
+  if (plan.schedule.qtile_request.empty()) return 1;
+  args.rope = true;
+  const int with_rope = cuda::prefill_auto_splits(args, dp, rope);
+  args.rope = false;
+  return std::max(with_rope, cuda::prefill_auto_splits(args, dp, rope));
+}
+}  // namespace lazyattn::capi
+
+extern "C" lazyattn_status lazyattn_prefill(lazyattn_plan plan, int32_t layer, const void* k_pool,
+                                            const void* v_pool, const void* plan_device,
+                                            void* workspace, int32_t num_qo_heads,
+                                            double softmax_scale, int32_t flags, const void* q,
+                                            void* o, float* maybe_lse, void* stream) {
+  const char* w = "lazyattn_prefill";
+  return guarded(w, [&] {
+    Launch L;
+    set_up(L, plan, LAZYATTN_PLAN_PREFILL, layer, k_pool, v_pool, plan_device, workspace,
+           num_qo_heads, flags, q, o, maybe_lse, w);
+    DeviceScope scope(L.pool->device);
+    const cuda::DevicePool pool(L.pool->config, const_cast<void*>(k_pool),
+                                const_cast<void*>(v_pool));
+    cuda::PrefillArgs args;
+    args.dtype = L.pool->config.dtype;
+    args.q = q;
+    args.o = o;
+    args.maybe_lse = maybe_lse;
+    args.layer = layer;
+    args.params = params_of(L, softmax_scale);
+    args.rope = L.apply_rope;
+    args.query_rotated = L.query_rotated;
+    args.inputs_scaled = L.inputs_scaled;
+    args.kv_splits = L.plan->kv_splits;
+    cuda::PrefillScratch scratch;
+    if (L.plan->ws_bytes > 0) {
+      scratch.partial_lse = reinterpret_cast<float*>(L.workspace + L.plan->ws_lse);
+      scratch.partial_o = reinterpret_cast<float*>(L.workspace + L.plan->ws_o);
+      scratch.max_splits = L.plan->kv_splits_room;
+    }
+    cuda::prefill(args, pool, L.device_plan, *L.rope, scratch, static_cast<cudaStream_t>(stream));
+  });
+}

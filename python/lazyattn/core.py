@@ -1,0 +1,667 @@
+"""The position-free K/V store on the GPU, from PyTorch: Rope, Pool (documents, tails, writes),
+layouts, Plan, and prefill / decode on torch tensors and torch's current stream.
+
+The device memory is torch's: a Pool's K and V are tensors [num_layers, num_pages, num_kv_heads,
+page_size, head_dim], a Plan's packed page tables and its split-KV workspace are tensors too. The
+C library (liblazyattn_c.so, through ctypes) keeps the bookkeeping on the host (content keys and
+dedupe, pins, LRU eviction under the page budget, stale-handle detection, statistics) and
+launches the kernels on pointers it is given. The kernels run through the operators of
+lazyattn.ops (torch.library), so torch.compile and CUDA graphs see them.
+"""
+import ctypes
+import json
+import os
+import uuid
+
+import torch
+
+from . import _capi
+from ._capi import LazyAttnError, LazyAttnValueError
+from . import ops
+
+_DTYPES = {torch.float16: _capi.DTYPE_FLOAT16, torch.bfloat16: _capi.DTYPE_BFLOAT16}
+
+
+def _device_index(device):
+    if device is None:
+        return torch.cuda.current_device()
+    d = torch.device(device) if not isinstance(device, int) else torch.device("cuda", device)
+    if d.type != "cuda":
+        raise ValueError("lazyattn: device %s, expected a CUDA device" % d)
+    return d.index if d.index is not None else torch.cuda.current_device()
+
+
+def _form(form):
+    if form not in _capi.FORMS:
+        raise ValueError("lazyattn: form %r, expected 'raw', 'local' or 'absolute'" % (form,))
+    return _capi.FORMS[form]
+
+
+def _cpu_handle(value):
+    """A handle as a CPU int64 tensor: the operators take it as a tensor, so torch.compile does
+    not specialise (and recompile) on the handle's value."""
+    return torch.tensor([int(value)], dtype=torch.int64)
+
+
+class _Owned:
+    """An object that owns a library handle `_h`, destroyed by lazyattn_<_DESTROY> on close() or
+    when the object is collected."""
+
+    _DESTROY = None
+    _open = False  # a plain flag (not the ctypes handle): code torch.compile traces reads it
+
+    def close(self):
+        if getattr(self, "_h", None):
+            self._open = False
+            _capi.call(self._DESTROY, self._h)
+            self._h = None
+
+    @property
+    def closed(self):
+        return not self._open
+
+    def _check_open(self, where):
+        if not self._open:
+            raise LazyAttnValueError(_capi.ERROR_INVALID_ARGUMENT,
+                                     "%s: the %s was closed, expected an open one"
+                                     % (where, type(self).__name__))
+
+    def _live(self, where):
+        self._check_open(where)
+        return self._h
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+class Rope(_Owned):
+    """A RoPE policy from a Hugging Face config: a dict (config.json's contents, or a
+    transformers config's to_dict()), a transformers config, a JSON string, or a path to a
+    config.json. Its frequency tables live on `device` (default: the current CUDA device)."""
+
+    _DESTROY = "rope_destroy"
+
+    def __init__(self, config, device=None):
+        if hasattr(config, "to_dict"):
+            config = config.to_dict()
+        if isinstance(config, dict):
+            text = json.dumps(config, default=str)
+        elif isinstance(config, (str, bytes)):
+            text = config.decode() if isinstance(config, bytes) else config
+            if not text.lstrip().startswith("{") and os.path.isfile(text):
+                with open(text) as f:
+                    text = f.read()
+        else:
+            raise TypeError("lazyattn.Rope: config of type %s, expected a dict, a transformers "
+                            "config, a JSON string or a path" % type(config).__name__)
+        self.device = _device_index(device)
+        self._h = None
+        h = ctypes.c_void_p()
+        _capi.call("rope_create_json", text.encode(), self.device, ctypes.byref(h))
+        self._h, self._open = h, True
+        hd, rd, dep, il = (ctypes.c_int32() for _ in range(4))
+        _capi.call("rope_info", self._h, ctypes.byref(hd), ctypes.byref(rd), ctypes.byref(dep),
+                   ctypes.byref(il))
+        self.head_dim, self.rotary_dim = hd.value, rd.value
+        self.depends_on_length = bool(dep.value)
+        self.interleaved = bool(il.value)
+
+    def frequencies(self, rope_length=0):
+        """(inv_freq [rotary_dim / 2] float64 radians per position, attention_factor): what the
+        kernels use for a request whose largest position is rope_length - 1."""
+        out = (ctypes.c_double * (self.rotary_dim // 2))()
+        af = ctypes.c_double()
+        _capi.call("rope_frequencies", self._live("lazyattn.Rope.frequencies"), int(rope_length),
+                   out, ctypes.byref(af))
+        return torch.tensor(list(out), dtype=torch.float64), af.value
+
+    def __repr__(self):
+        return "lazyattn.Rope(head_dim=%d, rotary_dim=%d%s%s)" % (
+            self.head_dim, self.rotary_dim, ", interleaved" if self.interleaved else "",
+            ", length-dependent" if self.depends_on_length else "")
+
+
+class Document:
+    """A stored document: `length` tokens in `form` ('raw' or 'local'), named by a handle that
+    goes stale when the document is evicted or erased."""
+
+    kind = _capi.SEGMENT_DOCUMENT
+
+    def __init__(self, pool, handle, length, form, key):
+        self.pool, self.handle, self.length, self.form, self.key = pool, handle, length, form, key
+
+    def pin(self):
+        _capi.call("doc_pin", self.pool._live("lazyattn.Document.pin"), self.handle)
+
+    def unpin(self):
+        _capi.call("doc_unpin", self.pool._live("lazyattn.Document.unpin"), self.handle)
+
+    def erase(self):
+        _capi.call("doc_erase", self.pool._live("lazyattn.Document.erase"), self.handle)
+
+    def info(self):
+        """{'length', 'form', 'committed', 'pins'}; raises when the handle is stale."""
+        n, f, c, p = ctypes.c_int64(), ctypes.c_int32(), ctypes.c_int32(), ctypes.c_int32()
+        _capi.call("doc_info", self.pool._live("lazyattn.Document.info"), self.handle,
+                   ctypes.byref(n), ctypes.byref(f), ctypes.byref(c), ctypes.byref(p))
+        forms = {v: k for k, v in _capi.FORMS.items()}
+        return {"length": n.value, "form": forms[f.value], "committed": bool(c.value),
+                "pins": p.value}
+
+    @property
+    def is_live(self):
+        try:
+            self.info()
+            return True
+        except LazyAttnError:
+            return False
+
+    def __repr__(self):
+        return "lazyattn.Document(length=%d, form=%s)" % (self.length, self.form)
+
+
+class Tail:
+    """A request's private tokens (question, then generated ones), in 'raw', 'local' or
+    'absolute' form (K rotated at its logical positions, as a model's forward leaves it)."""
+
+    kind = _capi.SEGMENT_TAIL
+
+    def __init__(self, pool, handle, form):
+        self.pool, self.handle, self.form = pool, handle, form
+
+    @property
+    def length(self):
+        n = ctypes.c_int64()
+        _capi.call("tail_info", self.pool._live("lazyattn.Tail.length"), self.handle,
+                   ctypes.byref(n), None)
+        return n.value
+
+    def release(self):
+        _capi.call("tail_release", self.pool._live("lazyattn.Tail.release"), self.handle)
+
+    def __repr__(self):
+        return "lazyattn.Tail(form=%s)" % self.form
+
+
+# ---- layouts -------------------------------------------------------------------------------------
+# A layout is one request's segments, a list of (Document or Tail, start) or (Document, start,
+# length) for a document's prefix, exactly one tail (given whole, at the end of its keys or not).
+
+def back_to_back(docs, tail, first_start=0):
+    """Block-Attention layout: documents back to back from first_start, then the tail."""
+    segs, pos = [], int(first_start)
+    for d in docs:
+        segs.append((d, pos))
+        pos += d.length
+    segs.append((tail, pos))
+    return segs
+
+
+def parallel(docs, tail, start=0):
+    """APE-style layout: every document at `start`, the tail after the longest."""
+    longest = max([d.length for d in docs] or [0])
+    return [(d, int(start)) for d in docs] + [(tail, int(start) + longest)]
+
+
+def gapped(docs, starts, tail, tail_start):
+    """Prompt Cache-style layout: document j at starts[j], the tail at tail_start."""
+    if len(docs) != len(starts):
+        raise ValueError("lazyattn.gapped: %d documents and %d starts, expected one start each"
+                         % (len(docs), len(starts)))
+    return [(d, int(s)) for d, s in zip(docs, starts)] + [(tail, int(tail_start))]
+
+
+def tail_start(layout):
+    """The logical position of the layout's tail token 0."""
+    for item in layout:
+        if isinstance(item[0], Tail):
+            return int(item[1])
+    raise ValueError("lazyattn.tail_start: the layout has no tail")
+
+
+class Destinations:
+    """Where a batch of tokens goes in a pool (Pool.destinations): a device tensor the write
+    operator reads, for `num_tokens` rows of K/V; `rotate`: K is rotated into local form on the
+    way. `meta` holds the pool's and rope's handles for the operator."""
+
+    def __init__(self, pool, data, num_tokens, rotate, rope, meta):
+        self.pool, self.data, self.num_tokens, self.rotate, self.rope = (
+            pool, data, num_tokens, rotate, rope)
+        self.meta = meta
+
+    def load_into(self, captured):
+        """Copies these destinations over `captured`'s device tensor (same token count and
+        flags), on the current stream: a CUDA graph that captured a write to `captured` then
+        writes here."""
+        if (captured.pool is not self.pool or captured.num_tokens != self.num_tokens
+                or captured.rotate != self.rotate or captured.data.numel() != self.data.numel()):
+            raise LazyAttnValueError(_capi.ERROR_INVALID_ARGUMENT,
+                                     "lazyattn.Destinations.load_into: %d tokens (rotate %s) "
+                                     "into a captured write of %d (rotate %s), expected the same"
+                                     % (self.num_tokens, self.rotate, captured.num_tokens,
+                                        captured.rotate))
+        captured.data.copy_(self.data, non_blocking=True)
+
+
+class Plan(_Owned):
+    """A batch over a pool (Pool.plan): the packed page tables and schedule on the device
+    (`data`), the split-KV workspace (`workspace`), and the host handle as a CPU tensor (`meta`).
+    Valid while its documents stay stored and its tails keep their length."""
+
+    _DESTROY = "plan_destroy"
+
+    def __init__(self, pool, h, rope, kind, like=None):
+        self.pool, self._h, self.rope, self.kind = pool, h, rope, kind
+        self._open = True
+        info = _capi.PlanInfo()
+        _capi.call("plan_info", h, ctypes.byref(info))
+        self.num_requests, self.num_queries = info.num_requests, info.num_queries
+        self.num_keys, self.num_work, self.kv_splits = info.num_keys, info.num_work, info.kv_splits
+        self.bytes = info.bytes
+        self.meta = _cpu_handle(h.value)
+        host = self._image()
+        if like is None:
+            self.data = torch.empty(self.bytes, dtype=torch.uint8, device=pool.device_obj)
+            # Zeroed once: the decode keeps its split counters at zero from then on.
+            self.workspace = torch.zeros(max(info.workspace_bytes, 256), dtype=torch.uint8,
+                                         device=pool.device_obj)
+        else:
+            # The captured plan's buffers: a graph replays with their addresses.
+            self.data, self.workspace = like.data, like.workspace
+        self.image = host
+        if like is None:
+            self.data.copy_(host, non_blocking=True)
+
+    def _image(self):
+        host = torch.empty(self.bytes, dtype=torch.uint8, pin_memory=True)
+        _capi.call("plan_pack", self._h, ctypes.c_void_p(host.data_ptr()), self.bytes)
+        return host
+
+    def load_into(self, captured):
+        """Copies this plan's image over `captured`'s device buffer (this plan was made with
+        like=captured), on the current stream: a CUDA graph captured with `captured` then runs
+        this plan."""
+        if self.data.data_ptr() != captured.data.data_ptr():
+            raise LazyAttnValueError(_capi.ERROR_INVALID_ARGUMENT,
+                                     "lazyattn.Plan.load_into: the plan was not made with "
+                                     "like=the captured plan")
+        captured.data.copy_(self.image, non_blocking=True)
+
+    def valid(self):
+        v = ctypes.c_int32()
+        _capi.call("plan_valid", self._live("lazyattn.Plan.valid"), ctypes.byref(v))
+        return bool(v.value)
+
+    def __repr__(self):
+        return "lazyattn.Plan(%s, requests=%d, queries=%d, keys=%d)" % (
+            "decode" if self.kind == _capi.PLAN_DECODE else "prefill", self.num_requests,
+            self.num_queries, self.num_keys)
+
+
+class Pool(_Owned):
+    """K/V pools [num_layers, num_pages, num_kv_heads, page_size, head_dim] of `dtype` on a CUDA
+    device (torch tensors `k`, `v`), with the library's page bookkeeping: documents keyed by
+    content and deduplicated, pins, LRU eviction of unpinned documents when the num_pages budget
+    runs out, tails, stale-handle detection. `rope` is the default for writes and plans."""
+
+    _DESTROY = "pool_destroy"
+
+    def __init__(self, num_layers, num_kv_heads, head_dim, num_pages, page_size=16,
+                 dtype=torch.bfloat16, device=None, rope=None, name=None):
+        if dtype not in _DTYPES:
+            raise ValueError("lazyattn.Pool: dtype %s, expected torch.bfloat16 or torch.float16"
+                             % dtype)
+        self.num_layers, self.num_kv_heads, self.head_dim = num_layers, num_kv_heads, head_dim
+        self.page_size, self.dtype, self.num_pages = page_size, dtype, num_pages
+        self.device = _device_index(device)
+        self.device_obj = torch.device("cuda", self.device)
+        self.rope, self.name = rope, name
+        self._h = None
+        h = ctypes.c_void_p()
+        _capi.call("pool_create", int(num_layers), int(num_kv_heads), int(head_dim),
+                   int(page_size), _DTYPES[dtype], int(num_pages), self.device, ctypes.byref(h))
+        self._h, self._open = h, True
+        shape = (num_layers, num_pages, num_kv_heads, page_size, head_dim)
+        # Zero-filled: slots no token has been written to hold zeros, not garbage.
+        self.k = torch.zeros(shape, dtype=dtype, device=self.device_obj)
+        self.v = torch.zeros(shape, dtype=dtype, device=self.device_obj)
+
+    def close(self):
+        """Frees the bookkeeping and drops the K/V tensors; the pool's plans stop working."""
+        super().close()
+        self.k = self.v = None
+
+    def __repr__(self):
+        return "lazyattn.Pool(layers=%d, kv_heads=%d, head_dim=%d, pages=%d x %d, %s)" % (
+            self.num_layers, self.num_kv_heads, self.head_dim, self.num_pages, self.page_size,
+            self.dtype)
+
+    def stats(self):
+        s = _capi.PoolStats()
+        _capi.call("pool_stats_get", self._live("lazyattn.Pool.stats"), ctypes.byref(s))
+        return {name: getattr(s, name) for name, _ in _capi.PoolStats._fields_}
+
+    def _rope(self, rope, where, needed=True):
+        rope = rope if rope is not None else self.rope
+        if rope is None and needed:
+            raise ValueError("%s: no rope given and the pool has none, expected a lazyattn.Rope"
+                             % where)
+        if rope is not None:
+            rope._live(where)
+            if rope.device != self.device:
+                raise ValueError("%s: the rope is on cuda:%d, expected the pool's cuda:%d"
+                                 % (where, rope.device, self.device))
+        return rope
+
+    # ---- tensors -----------------------------------------------------------------------------
+
+    def _tensor(self, where, name, x, dtype=None):
+        if not isinstance(x, torch.Tensor):
+            raise TypeError("%s: %s of type %s, expected a torch.Tensor"
+                            % (where, name, type(x).__name__))
+        if x.device.type != "cuda" or x.device.index != self.device:
+            raise ValueError("%s: %s on %s, expected cuda:%d (the pool's device)"
+                             % (where, name, x.device, self.device))
+        want = dtype or self.dtype
+        if x.dtype != want:
+            raise ValueError("%s: %s dtype %s, expected %s" % (where, name, x.dtype, want))
+        if not x.is_contiguous():
+            raise ValueError("%s: %s of shape %s is not contiguous (strides %s), expected a "
+                             "contiguous tensor (call .contiguous())"
+                             % (where, name, tuple(x.shape), x.stride()))
+
+    def _tokens(self, where, name, x, layers):
+        """x checked as [layers, n, kv_heads, head_dim] ([n, kv_heads, head_dim] when
+        layers == 1 and x is 3-d); returned 4-d."""
+        self._tensor(where, name, x)
+        if x.dim() == 3 and layers == 1:
+            x = x.unsqueeze(0)
+        if (x.dim() != 4 or x.shape[0] != layers or x.shape[2] != self.num_kv_heads
+                or x.shape[3] != self.head_dim):
+            raise ValueError("%s: %s of shape %s, expected [%d layers, tokens, kv_heads %d, "
+                             "head_dim %d]" % (where, name, tuple(x.shape), layers,
+                                               self.num_kv_heads, self.head_dim))
+        return x
+
+    def _pair(self, where, k, v, layers):
+        k, v = self._tokens(where, "k", k, layers), self._tokens(where, "v", v, layers)
+        if k.shape != v.shape:
+            raise ValueError("%s: k %s and v %s, expected the same shape"
+                             % (where, tuple(k.shape), tuple(v.shape)))
+        return k, v
+
+    # ---- documents ---------------------------------------------------------------------------
+
+    def key_of(self, tokens=None, key=None):
+        """The 128-bit content key (hi, lo): of token ids (lazyattn's FNV-1a 128, as the C++
+        DocKey::from_tokens), of an int key or an (hi, lo) pair, or a fresh random one."""
+        if tokens is not None:
+            t = torch.as_tensor(tokens, dtype=torch.int32).reshape(-1).contiguous().cpu()
+            hi, lo = ctypes.c_uint64(), ctypes.c_uint64()
+            ptr = ctypes.cast(t.data_ptr(), ctypes.POINTER(ctypes.c_int32))
+            _capi.call("doc_key_from_tokens", ptr, t.numel(), ctypes.byref(hi), ctypes.byref(lo))
+            return hi.value, lo.value
+        if key is None:
+            key = uuid.uuid4().int  # unique: no dedupe
+        if isinstance(key, int):
+            if not 0 <= key < (1 << 128):
+                raise ValueError("lazyattn: key %d, expected a 128-bit unsigned integer" % key)
+            return key >> 64, key & ((1 << 64) - 1)
+        hi, lo = key
+        return int(hi), int(lo)
+
+    def find(self, tokens=None, key=None, form="local", pin=True):
+        """The stored document under the key (of `tokens`, or `key`) in `form`, pinned when pin,
+        or None. Counts a hit or a miss in stats()."""
+        hi, lo = self.key_of(tokens, key)
+        h, found = ctypes.c_uint64(), ctypes.c_int32()
+        if form not in ("raw", "local"):
+            raise ValueError("lazyattn.Pool.find: form %r, expected 'raw' or 'local'" % (form,))
+        _capi.call("doc_find", self._live("lazyattn.Pool.find"), hi, lo, _form(form),
+                   1 if pin else 0, ctypes.byref(h), ctypes.byref(found))
+        if not found.value:
+            return None
+        doc = Document(self, h.value, 0, form, (hi, lo))
+        doc.length = doc.info()["length"]
+        return doc
+
+    def allocate(self, length, form="local", tokens=None, key=None):
+        """Reserves pages for a document (pinned). Returns (Document, inserted); inserted is
+        False when (key, form) was already stored: nothing needs writing then."""
+        hi, lo = self.key_of(tokens, key)
+        h, ins = ctypes.c_uint64(), ctypes.c_int32()
+        _capi.call("doc_allocate", self._live("lazyattn.Pool.allocate"), hi, lo, _form(form),
+                   int(length), ctypes.byref(h), ctypes.byref(ins))
+        return Document(self, h.value, int(length), form, (hi, lo)), bool(ins.value)
+
+    def commit(self, doc):
+        _capi.call("doc_commit", self._live("lazyattn.Pool.commit"), doc.handle)
+
+    def insert(self, k, v, tokens=None, key=None, form="local", k_rotated=False, rope=None,
+               pin=True):
+        """Stores a document from k, v [num_layers, n, kv_heads, head_dim] (or [n, kv_heads,
+        head_dim] for a one-layer pool), as a model produced them. form 'local' stores K
+        rotated at the document's own positions 0..n-1: pass k_rotated=True when K comes from a
+        model's forward at those positions (copied as given), or K before RoPE (rotated on the
+        way with the rope). 'raw' stores K before RoPE as given. The key (of token ids, an int
+        or (hi, lo)) dedupes; neither gives a fresh key. The document stays pinned unless
+        pin=False. On failure nothing is stored."""
+        where = "lazyattn.Pool.insert"
+        k, v = self._pair(where, k, v, self.num_layers)
+        n = k.shape[1]
+        doc, inserted = self.allocate(n, form, tokens, key)
+        if inserted:
+            try:
+                dst = self.destinations([(doc, 0, n)], rotate=form == "local" and not k_rotated,
+                                        rope=rope)
+                for layer in range(self.num_layers):
+                    self.write(dst, layer, k[layer], v[layer])
+                self.commit(doc)
+            except BaseException:
+                doc.unpin()
+                doc.erase()
+                raise
+        if not pin:
+            doc.unpin()
+        return doc
+
+    # ---- tails -------------------------------------------------------------------------------
+
+    def create_tail(self, form="local"):
+        h = ctypes.c_uint64()
+        _capi.call("tail_create", self._live("lazyattn.Pool.create_tail"), _form(form),
+                   ctypes.byref(h))
+        return Tail(self, h.value, form)
+
+    def reserve(self, tail, n):
+        """Extends a tail by n tokens (evicting unpinned documents if pages run out); returns
+        the index of the first new one."""
+        first = ctypes.c_int64()
+        _capi.call("tail_reserve", self._live("lazyattn.Pool.reserve"), tail.handle, int(n),
+                   ctypes.byref(first))
+        return first.value
+
+    def append(self, tail, k, v, k_rotated=None, rope=None):
+        """Appends tokens to a tail from k, v [num_layers, n, kv_heads, head_dim] (or [n, ...]
+        for a one-layer pool): reserve, then every layer written. A local tail rotates K on the
+        way unless k_rotated; an absolute tail takes K as the model rotated it; raw copies."""
+        where = "lazyattn.Pool.append"
+        k, v = self._pair(where, k, v, self.num_layers)
+        n = k.shape[1]
+        if k_rotated is None:
+            k_rotated = tail.form == "absolute"
+        if (tail.form == "absolute") != bool(k_rotated) and tail.form != "local":
+            raise ValueError("%s: k_rotated=%s for a %s tail, expected %s (an absolute tail holds "
+                             "K rotated at its logical positions, a raw one K before RoPE)"
+                             % (where, k_rotated, tail.form, tail.form == "absolute"))
+        first = self.reserve(tail, n)
+        dst = self.destinations([(tail, first, n)], rotate=tail.form == "local" and not k_rotated,
+                                rope=rope)
+        for layer in range(self.num_layers):
+            self.write(dst, layer, k[layer], v[layer])
+        return first
+
+    # ---- writes ------------------------------------------------------------------------------
+
+    def destinations(self, items, rotate=False, rope=None):
+        """Where tokens go: items are (Document or Tail, first, count); the tokens of all
+        items, in order, are the rows the writes read. rotate: K arrives before RoPE and is
+        rotated into local form at each token's index (local documents and tails only)."""
+        where = "lazyattn.Pool.destinations"
+        h = self._live(where)
+        n = len(items)
+        kinds = (ctypes.c_int32 * max(n, 1))()
+        handles = (ctypes.c_uint64 * max(n, 1))()
+        first = (ctypes.c_int64 * max(n, 1))()
+        count = (ctypes.c_int64 * max(n, 1))()
+        total = 0
+        for i, (obj, f, c) in enumerate(items):
+            if getattr(obj, "pool", None) is not self:
+                raise ValueError("%s: item %d (%r) belongs to another pool" % (where, i, obj))
+            kinds[i], handles[i], first[i], count[i] = obj.kind, obj.handle, int(f), int(c)
+            total += int(c)
+        flags = _capi.WRITE_ROTATE if rotate else 0
+        rope = self._rope(rope, where, needed=rotate)
+        size = ctypes.c_int64()
+        _capi.call("destinations_bytes", total, flags, ctypes.byref(size))
+        host = torch.empty(max(size.value, 8), dtype=torch.uint8, pin_memory=True)
+        got = ctypes.c_int64()
+        _capi.call("destinations", h, n, kinds, handles, first, count, flags,
+                   ctypes.c_void_p(host.data_ptr()), host.numel(), ctypes.byref(got))
+        data = host.to(self.device_obj, non_blocking=True)
+        meta = torch.tensor([h.value, rope._h.value if rope is not None else 0],
+                            dtype=torch.int64)
+        return Destinations(self, data, got.value, rotate, rope, meta)
+
+    def write(self, dst, layer, k, v):
+        """Writes one layer's tokens k, v [dst.num_tokens, kv_heads, head_dim] to `dst`."""
+        where = "lazyattn.Pool.write"
+        if not isinstance(dst, Destinations) or dst.pool is not self:
+            raise ValueError("%s: dst is not a Destinations of this pool" % where)
+        for name, x in (("k", k), ("v", v)):
+            self._tensor(where, name, x)
+            if tuple(x.shape) != (dst.num_tokens, self.num_kv_heads, self.head_dim):
+                raise ValueError("%s: %s of shape %s, expected [%d tokens, kv_heads %d, head_dim "
+                                 "%d]" % (where, name, tuple(x.shape), dst.num_tokens,
+                                          self.num_kv_heads, self.head_dim))
+        if not 0 <= int(layer) < self.num_layers:
+            raise ValueError("%s: layer %d, expected in [0, %d)" % (where, layer, self.num_layers))
+        self._check_open(where)
+        ops.write(self.k, self.v, k, v, dst.data, dst.meta, int(layer),
+                  _capi.WRITE_ROTATE if dst.rotate else 0)
+
+    # ---- plans and kernels -------------------------------------------------------------------
+
+    def _segments(self, layouts, where):
+        segs, indptr = [], [0]
+        for b, layout in enumerate(layouts):
+            tails = 0
+            for j, item in enumerate(layout):
+                if len(item) not in (2, 3):
+                    raise ValueError("%s: request %d item %d %r, expected (document or tail, "
+                                     "start) or (document, start, length)" % (where, b, j, item))
+                obj, start = item[0], int(item[1])
+                if not isinstance(obj, (Document, Tail)):
+                    raise TypeError("%s: request %d item %d is a %s, expected a lazyattn "
+                                    "Document or Tail" % (where, b, j, type(obj).__name__))
+                if obj.pool is not self:
+                    raise ValueError("%s: request %d item %d (%r) belongs to another pool, "
+                                     "expected one of this pool's" % (where, b, j, obj))
+                if isinstance(obj, Tail):
+                    tails += 1
+                    length = obj.length
+                else:
+                    length = int(item[2]) if len(item) == 3 else obj.length
+                segs.append(_capi.Segment(obj.kind, 0, obj.handle, length, start))
+            if tails != 1:
+                raise ValueError("%s: request %d has %d tails, expected exactly one"
+                                 % (where, b, tails))
+            indptr.append(len(segs))
+        return segs, indptr
+
+    def plan(self, layouts, kind="decode", num_queries=None, num_qo_heads=None, rope=None,
+             forced_splits=0, kv_splits=0, headroom_tokens=0, like=None):
+        """A batch plan: one layout per request. kind 'decode' (each request's query is its
+        tail's last token) or 'prefill' (the last num_queries[b] tokens of tail b, an int for
+        all; default the whole tail). num_qo_heads: of the layers it serves (default
+        kv_heads). headroom_tokens / like: plans of later decode steps that keep a captured
+        CUDA graph's layout (see docs/07-python.md)."""
+        where = "lazyattn.Pool.plan"
+        h = self._live(where)
+        if kind not in ("decode", "prefill"):
+            raise ValueError("%s: kind %r, expected 'decode' or 'prefill'" % (where, kind))
+        rope = self._rope(rope, where)
+        layouts = list(layouts)
+        if not layouts:
+            raise ValueError("%s: no layouts, expected one per request" % where)
+        segs, indptr = self._segments(layouts, where)
+        nq = None
+        if kind == "prefill":
+            if num_queries is None:
+                num_queries = [next(o for o, *_ in lay if isinstance(o, Tail)).length
+                               for lay in layouts]
+            elif isinstance(num_queries, int):
+                num_queries = [num_queries] * len(layouts)
+            if len(num_queries) != len(layouts):
+                raise ValueError("%s: %d num_queries for %d requests" % (where, len(num_queries),
+                                                                         len(layouts)))
+            nq = (ctypes.c_int32 * len(layouts))(*[int(x) for x in num_queries])
+        elif num_queries is not None:
+            raise ValueError("%s: num_queries given for a decode plan (one query per request)"
+                             % where)
+        if like is not None and (not isinstance(like, Plan) or like.pool is not self):
+            raise ValueError("%s: like is not a Plan of this pool" % where)
+        opts = _capi.PlanOptions(
+            _capi.PLAN_DECODE if kind == "decode" else _capi.PLAN_PREFILL,
+            int(num_qo_heads or self.num_kv_heads), int(forced_splits), int(kv_splits),
+            int(headroom_tokens), like._live(where) if like is not None else None)
+        arr = (_capi.Segment * max(len(segs), 1))(*segs)
+        ip = (ctypes.c_int32 * len(indptr))(*indptr)
+        out = ctypes.c_void_p()
+        _capi.call("plan_create", h, rope._h, arr, ip, nq, len(layouts), ctypes.byref(opts),
+                   ctypes.byref(out))
+        return Plan(self, out, rope,
+                    _capi.PLAN_DECODE if kind == "decode" else _capi.PLAN_PREFILL, like)
+
+    def _attend(self, op, where, plan, q, layer, softmax_scale, apply_rope, query_rotated,
+                inputs_scaled):
+        if not isinstance(plan, Plan) or plan.pool is not self:
+            raise ValueError("%s: the plan belongs to another pool, expected one of this pool's"
+                             % where)
+        self._check_open(where)
+        plan._check_open(where)
+        self._tensor(where, "q", q)
+        if q.dim() != 3 or q.shape[0] != plan.num_queries or q.shape[2] != self.head_dim:
+            raise ValueError("%s: q of shape %s, expected [%d (the plan's queries), heads, %d]"
+                             % (where, tuple(q.shape), plan.num_queries, self.head_dim))
+        flags = ((_capi.APPLY_ROPE if apply_rope else 0)
+                 | (_capi.QUERY_ROTATED if query_rotated else 0)
+                 | (_capi.INPUTS_SCALED if inputs_scaled else 0))
+        return op(q, self.k, self.v, plan.data, plan.workspace, plan.meta, int(layer),
+                  float(softmax_scale or 0.0), flags)
+
+    def prefill(self, plan, q, layer=0, softmax_scale=None, apply_rope=True, query_rotated=False,
+                inputs_scaled=False):
+        """Attention of a prefill plan's queries q [plan.num_queries, num_qo_heads, head_dim]
+        (un-rotated, or rotated at their own positions with query_rotated) over their
+        requests' documents and, causally, their tails, in `layer`. Returns (o, lse): o like q,
+        lse [num_queries, num_qo_heads] float32 natural-log log-sum-exp. The queries' own K/V
+        must be written first. Runs on torch's current stream; no host synchronisation."""
+        return self._attend(ops.prefill, "lazyattn.Pool.prefill", plan, q, layer, softmax_scale,
+                            apply_rope, query_rotated, inputs_scaled)
+
+    def decode(self, plan, q, layer=0, softmax_scale=None, apply_rope=True, query_rotated=False,
+               inputs_scaled=False):
+        """One decode step of a decode plan: q [num_requests, num_qo_heads, head_dim]; as
+        prefill otherwise."""
+        return self._attend(ops.decode, "lazyattn.Pool.decode", plan, q, layer, softmax_scale,
+                            apply_rope, query_rotated, inputs_scaled)
