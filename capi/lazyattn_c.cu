@@ -585,12 +585,13 @@ lazyattn_status lazyattn_plan_create(lazyattn_pool pool, lazyattn_rope rope,
       std::vector<float2> cs;
       plan->plan_rope->plan_sets(pl, turns, cs);
       std::vector<std::byte>& img = plan->packed.bytes;
-      const std::size_t t_off = (img.size() + 15) / 16 * 16;
-      const std::size_t c_off = (t_off + turns.size() * 8 + 15) / 16 * 16;
+      // After the plan's arrays (with `like`, its image already has like's size: the same places).
+      const std::size_t t_off = like ? like->rope_turns_offset : (img.size() + 15) / 16 * 16;
+      const std::size_t c_off =
+          like ? like->rope_cs_offset : (t_off + turns.size() * 8 + 15) / 16 * 16;
       const std::size_t end = c_off + cs.size() * sizeof(float2);
-      LAZYATTN_CHECK(!like || (like->rope_turns_offset == t_off && like->rope_cs_offset == c_off &&
-                               like->packed.bytes.size() == end),
-                     w, ": the plan's frequency sets do not lie where options.like's do");
+      LAZYATTN_CHECK(!like || like->packed.bytes.size() == end, w,
+                     ": the plan's frequency sets do not fit where options.like's are");
       img.resize(end, std::byte{0});
       std::memcpy(img.data() + t_off, turns.data(), turns.size() * 8);
       std::memcpy(img.data() + c_off, cs.data(), cs.size() * sizeof(float2));

@@ -27,6 +27,7 @@
 #include "backends.hpp"
 #include "cuda_kernels.cuh"
 #include "lazyattn/cuda.cuh"
+#include "lazyattn/cuda/packer.hpp"
 #include "lazyattn/kv/plan.hpp"
 #include "lazyattn/rope/policy.hpp"
 #include "random.hpp"

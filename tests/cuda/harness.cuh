@@ -64,6 +64,8 @@ struct DeviceScenario {
   bool use_prefill = false;
   bool tma = false;  // cuda::DecodeArgs::tma (experimental TMA loader)
   bool pdl = true;   // cuda::DecodeArgs::pdl (the default)
+  bool query_rotated = false;  // cuda::DecodeArgs / PrefillArgs::query_rotated
+  bool inputs_scaled = false;  // ... ::inputs_scaled
   cuda::PrefillKernel prefill_kernel = cuda::PrefillKernel::kAuto;  // cuda::PrefillArgs::kernel
 
   // forced_splits < 0: the prefill kernel (its own schedule); otherwise decode with that many
@@ -108,6 +110,8 @@ struct DeviceScenario {
     a.rope = rope_on;
     a.tma = tma;
     a.pdl = pdl;
+    a.query_rotated = query_rotated;
+    a.inputs_scaled = inputs_scaled;
     return a;
   }
 
@@ -147,6 +151,8 @@ struct DeviceScenario {
       a.rope = d.rope;
       a.kv_splits = prefill_kv_splits;
       a.kernel = prefill_kernel;
+      a.query_rotated = d.query_rotated;
+      a.inputs_scaled = d.inputs_scaled;
       cuda::prefill(a, pool, on, rope, &pws);
     } else {
       cuda::decode(args(rope_on, q_ptr), pool, on, rope, ws);
@@ -156,6 +162,20 @@ struct DeviceScenario {
   GpuResult deferred() {
     poison();
     launch(true, q.data(), plan);
+    return fetch();
+  }
+
+  // The same with the queries rotated at their own positions first, as models hand them over
+  // (rotate_queries, which folds the attention factor in: inputs_scaled): the kernels' query_rotated
+  // path, R(-s) per local segment and R(-n) per raw key.
+  GpuResult deferred_rotated() {
+    cuda::DeviceBuffer<std::byte> q_rot(q.bytes());
+    cuda::rotate_queries(sc.spec.dtype, q.data(), q_rot.data(), plan.view(), sc.spec.num_qo_heads,
+                         sc.spec.head_dim, rope);
+    query_rotated = inputs_scaled = true;
+    poison();
+    launch(true, q_rot.data(), plan);
+    query_rotated = inputs_scaled = false;
     return fetch();
   }
 

@@ -37,7 +37,7 @@ ScenarioSpec random_decode_spec(std::uint64_t seed) {
   s.schedule = pick(std::array{RopeType::kDefault, RopeType::kLlama3, RopeType::kYarn,
                                RopeType::kLinear, RopeType::kDynamic, RopeType::kLongrope});
   s.doc_form = pick(std::array{StorageForm::kLocal, StorageForm::kRaw});
-  s.tail_form = pick(std::array{StorageForm::kLocal, StorageForm::kRaw});
+  s.tail_form = pick(std::array{StorageForm::kLocal, StorageForm::kRaw, StorageForm::kAbsolute});
   if (s.schedule == RopeType::kDynamic || s.schedule == RopeType::kLongrope) {
     s.doc_form = s.tail_form = StorageForm::kRaw;  // length-dependent: raw form only
   }
@@ -90,6 +90,16 @@ void check_decode(const ScenarioSpec& spec) {
       std::string lse_report = gpu::check_error_rule(got.lse, ref.lse, eager_lse_err, 1e-3);
       INFO(lse_report);
       CHECK(lse_report.empty());
+      if (splits == 0 || splits == 3) {  // queries rotated at their own positions
+        gpu::GpuResult rot = ds.deferred_rotated();
+        CHECK(rot.unwritten == 0);
+        std::string r1 = gpu::check_error_rule(rot.out, ref.out, eager_out_err, 1e-3 * scale + 1e-5);
+        INFO("query_rotated: " << r1);
+        CHECK(r1.empty());
+        std::string r2 = gpu::check_error_rule(rot.lse, ref.lse, eager_lse_err, 1e-3);
+        INFO("query_rotated: " << r2);
+        CHECK(r2.empty());
+      }
     }
   }
 }

@@ -36,7 +36,7 @@ ScenarioSpec random_prefill_spec(std::uint64_t seed) {
   s.schedule = pick(std::array{RopeType::kDefault, RopeType::kLlama3, RopeType::kYarn,
                                RopeType::kDynamic});
   s.doc_form = pick(std::array{StorageForm::kLocal, StorageForm::kRaw});
-  s.tail_form = pick(std::array{StorageForm::kLocal, StorageForm::kRaw});
+  s.tail_form = pick(std::array{StorageForm::kLocal, StorageForm::kRaw, StorageForm::kAbsolute});
   if (s.schedule == RopeType::kDynamic) s.doc_form = s.tail_form = StorageForm::kRaw;
   s.layout = pick(test::ref::kAllLayouts);
   s.base_position = pick(std::array<std::int64_t, 3>{0, (std::int64_t{1} << 24) - 3000,
@@ -57,7 +57,7 @@ ScenarioSpec random_prefill_spec(std::uint64_t seed) {
 // Whether the wgmma kernel takes this scenario (cuda::wgmma_prefill_mismatch's conditions).
 bool wgmma_applies(const ScenarioSpec& s) {
   return s.head_dim == 128 && s.doc_form == StorageForm::kLocal &&
-         s.tail_form == StorageForm::kLocal && s.partial_rotary == 1.0 &&
+         s.tail_form != StorageForm::kRaw && s.partial_rotary == 1.0 &&
          s.pair_layout == PairLayout::kHalf;
 }
 
@@ -99,6 +99,10 @@ void check_prefill(const test::ref::Scenario& sc) {
       gpu::GpuResult got = ds.deferred();
       INFO("kernel " << cuda::to_string(kernel) << ", kv_splits " << splits);
       check_result(got);
+      if (splits == 0) {
+        INFO("queries rotated at their own positions (query_rotated)");
+        check_result(ds.deferred_rotated());
+      }
     }
   }
 }

@@ -186,14 +186,16 @@ struct Scenario {
 };
 
 // K rotated at positions 0..n-1 (local form), for tokens laid out [num_layers, n, heads, head_dim].
+// K rotated at first + i (local form: first 0; absolute form: the segment's logical start).
 inline std::vector<float> to_local(const RopeFrequencies& f, const std::vector<float>& k,
-                                   int num_layers, std::int64_t n, int heads, int head_dim) {
+                                   int num_layers, std::int64_t n, int heads, int head_dim,
+                                   std::int64_t first = 0) {
   std::vector<float> out = k;
   for (int l = 0; l < num_layers; ++l) {
     for (std::int64_t i = 0; i < n; ++i) {
       for (int h = 0; h < heads; ++h) {
         std::size_t at = static_cast<std::size_t>(((l * n + i) * heads + h) * head_dim);
-        rope::rotate(f, i, std::span<float>(&out[at], static_cast<std::size_t>(head_dim)));
+        rope::rotate(f, first + i, std::span<float>(&out[at], static_cast<std::size_t>(head_dim)));
       }
     }
   }
@@ -311,9 +313,13 @@ inline Scenario make_scenario(const ScenarioSpec& spec) {
     }
     const Tokens& tail_tokens = tails[static_cast<std::size_t>(b)];
     TailHandle tail = sc.store->create_tail(spec.tail_form);
-    std::vector<float> tk = spec.tail_form == StorageForm::kLocal
-                                ? to_local(base, tail_tokens.k, L, tail_tokens.length, Hkv, D)
-                                : tail_tokens.k;
+    // Local: rotated at the tail's own indices; absolute: at its logical positions (end + i),
+    // as a model's forward leaves them.
+    std::vector<float> tk =
+        spec.tail_form == StorageForm::kRaw
+            ? tail_tokens.k
+            : to_local(base, tail_tokens.k, L, tail_tokens.length, Hkv, D,
+                       spec.tail_form == StorageForm::kAbsolute ? end : 0);
     sc.store->append(tail, tail_tokens.length, std::span<const float>(tk),
                      std::span<const float>(tail_tokens.v));
     const std::int64_t tail_start = end;

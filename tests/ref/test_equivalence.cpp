@@ -85,7 +85,8 @@ ScenarioSpec random_spec(Rng& rng, RopeType schedule, StorageForm doc_form, Pair
   s.layer = s.num_layers - 1;
   // Length-dependent schedules serve raw form only, tails included.
   const bool local_ok = schedule != RopeType::kDynamic && schedule != RopeType::kLongrope;
-  s.tail_form = local_ok && rng() % 2 ? StorageForm::kLocal : StorageForm::kRaw;
+  const StorageForm tails[] = {StorageForm::kRaw, StorageForm::kLocal, StorageForm::kAbsolute};
+  s.tail_form = local_ok ? one_of(rng, tails) : StorageForm::kRaw;
   const std::int64_t bases[] = {0, 0, 0, 1000, (std::int64_t{1} << 24) - 77};
   s.base_position = one_of(rng, bases);
   if (rng() % 4 == 0) s.logits_soft_cap = 3.0;

@@ -120,10 +120,12 @@ __global__ void rotate_queries_kernel(const __grid_constant__ RotateQueriesParam
   const std::int64_t row0 = p.request_query_indptr[b];
   const int rows = p.request_query_indptr[b + 1] - row0;
   const int D = p.head_dim, r = p.rope.rotary_dim;
+  // Length-dependent schedules: request b's own frequency set.
+  const std::uint64_t* turns = p.rope.turns + (p.rope.per_request ? b : 0) * half;
   for (int q = 0; q < rows; ++q) {
     std::int64_t pos = p.request_query_position[b] + q;
     __syncthreads();
-    for (int j = threadIdx.x; j < half; j += blockDim.x) qcs[j] = rope_cos_sin(pos, p.rope.turns[j]);
+    for (int j = threadIdx.x; j < half; j += blockDim.x) qcs[j] = rope_cos_sin(pos, turns[j]);
     __syncthreads();
     const T* src = static_cast<const T*>(p.q) + (row0 + q) * p.num_qo_heads * D;
     T* dst = static_cast<T*>(p.q_out) + (row0 + q) * p.num_qo_heads * D;
