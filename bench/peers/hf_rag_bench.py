@@ -66,6 +66,36 @@ def rotate_half(x):
     return torch.cat([-x[..., h:], x[..., :h]], dim=-1)
 
 
+def plot(out, path):
+    """Two bar charts (TTFT, decode per token), the figures of one run, for docs/."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return
+    fig, (a, b) = plt.subplots(1, 2, figsize=(9, 3.4))
+    names = ["lazy (lazyattn)", "block re-encode", "full prefill"]
+    vals = [1e3 * out[k] for k in ("lazy_ttft_s", "block_ttft_s", "full_ttft_s")]
+    a.bar(names, vals, color=["#2a7", "#e93", "#999"])
+    a.set_ylabel("ms (median)")
+    a.set_title("TTFT, %d x %d cached + %d question" % (out["docs"], out["doc_len"],
+                                                         out["question"]))
+    for i, v in enumerate(vals):
+        a.text(i, v, "%.1f" % v, ha="center", va="bottom", fontsize=8)
+    names = ["lazy (lazyattn)", "static cache, sdpa"]
+    vals = [out["lazy_decode_ms_per_token"], out["static_decode_ms_per_token"]]
+    b.bar(names, vals, color=["#2a7", "#999"])
+    b.set_ylabel("ms per token (median)")
+    b.set_title("decode through generate()")
+    for i, v in enumerate(vals):
+        b.text(i, v, "%.2f" % v, ha="center", va="bottom", fontsize=8)
+    fig.suptitle("transformers, Llama-3.1-8B shapes (%d layers), bf16, %s, %s" % (
+        out["layers"], out["device"], out["commit"]), fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
 def main():
     if len(sys.argv) < 2:
         print(__doc__)
@@ -202,6 +232,7 @@ def main():
                                       out["lazy_decode_ms_per_token"])
     with open(sys.argv[1], "w") as f:
         json.dump(out, f, indent=1)
+    plot(out, os.path.splitext(sys.argv[1])[0] + ".png")
     print("TTFT (median, ms): lazy %.2f | full prefill %.2f (%.2fx) | block re-encode %.2f "
           "(%.2fx)" % (1e3 * out["lazy_ttft_s"], 1e3 * out["full_ttft_s"],
                        out["ttft_full_over_lazy"], 1e3 * out["block_ttft_s"],

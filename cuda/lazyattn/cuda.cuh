@@ -8,6 +8,7 @@
 #include "lazyattn/cuda/device_rope.cuh"
 #include "lazyattn/cuda/dispatch.cuh"
 #include "lazyattn/cuda/kv_tile.cuh"
+#include "lazyattn/cuda/packed_plan.hpp"
 #include "lazyattn/cuda/page_write.cuh"
 #include "lazyattn/cuda/prefill.cuh"
 #include "lazyattn/cuda/reencode.cuh"

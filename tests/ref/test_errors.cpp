@@ -1,6 +1,7 @@
 // Bad inputs to the references: each throws lazyattn::Error naming the bad value and what was
 // expected, before anything is read or written.
 #include "support/catch.hpp"
+#include <algorithm>
 #include <cstdint>
 #include <limits>
 #include <vector>
@@ -123,7 +124,17 @@ TEST_CASE("attend: a plan that does not fit the store or itself", "[ref][errors]
     {
       Plan bad = sc.plan;
       bad.segment_form[0] = 7;
-      CHECK_ERROR(attend(bad), "segment 0 form 7, expected 0 (raw) or 1 (local)");
+      CHECK_ERROR(attend(bad), "segment 0 form 7, expected 0 (raw), 1 (local) or 2 (absolute)");
+    }
+    {
+      Plan bad = sc.plan;
+      const auto doc = std::find(bad.segment_kind.begin(), bad.segment_kind.end(),
+                                 static_cast<std::uint8_t>(SegmentKind::kDocument)) -
+                       bad.segment_kind.begin();
+      REQUIRE(doc < bad.num_segments());
+      bad.segment_form[static_cast<std::size_t>(doc)] =
+          static_cast<std::uint8_t>(StorageForm::kAbsolute);
+      CHECK_ERROR(attend(bad), "is a document in absolute form, expected a tail");
     }
     {
       Plan bad = sc.plan;
