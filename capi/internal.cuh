@@ -35,8 +35,8 @@ template <class F>
 lazyattn_status guarded(const char* where, F&& f) noexcept {
   auto set = [&](std::string_view m) {
     try {
-      last_error_text() = m.starts_with(where) ? std::string(m) : std::string(where) + ": " +
-                                                                      std::string(m);
+      last_error_text() =
+          m.starts_with(where) ? std::string(m) : std::string(where) + ": " + std::string(m);
     } catch (...) {
     }
   };

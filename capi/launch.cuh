@@ -21,9 +21,9 @@ struct Launch {
 };
 
 inline void set_up(Launch& L, lazyattn_plan plan, std::int32_t kind, std::int32_t layer,
-                   const void* k_pool, const void* v_pool, const void* plan_device,
-                   void* workspace, std::int32_t num_qo_heads, std::int32_t flags, const void* q,
-                   const void* o, const float* maybe_lse, const char* w) {
+                   const void* k_pool, const void* v_pool, const void* plan_device, void* workspace,
+                   std::int32_t num_qo_heads, std::int32_t flags, const void* q, const void* o,
+                   const float* maybe_lse, const char* w) {
   L.plan = plans().check(plan, w, "lazyattn_plan");
   L.pool = pools().check(L.plan->pool, w, "the plan's lazyattn_pool");
   ropes().check(L.plan->rope, w, "the plan's lazyattn_rope");
@@ -37,7 +37,8 @@ inline void set_up(Launch& L, lazyattn_plan plan, std::int32_t kind, std::int32_
   LAZYATTN_CHECK(
       (flags & ~(LAZYATTN_APPLY_ROPE | LAZYATTN_QUERY_ROTATED | LAZYATTN_INPUTS_SCALED)) == 0, w,
       ": flags ", flags,
-      ", expected LAZYATTN_APPLY_ROPE (1) | LAZYATTN_QUERY_ROTATED (2) | LAZYATTN_INPUTS_SCALED (4)");
+      ", expected LAZYATTN_APPLY_ROPE (1) | LAZYATTN_QUERY_ROTATED (2) | LAZYATTN_INPUTS_SCALED "
+      "(4)");
   LAZYATTN_CHECK(num_qo_heads == pl.num_qo_heads, w, ": num_qo_heads ", num_qo_heads,
                  ", expected the plan's ", pl.num_qo_heads);
   L.apply_rope = (flags & LAZYATTN_APPLY_ROPE) != 0;

@@ -127,8 +127,8 @@ void check_plan_current(lazyattn_plan_t& plan, const char* where) {
       LAZYATTN_CHECK(pool.pages.is_live(t), where, ": segment ", i, " (tail handle ", s.handle,
                      ") was released since the plan was made; make a new plan");
       const std::int64_t now = pool.pages.info(t).length;
-      LAZYATTN_CHECK(now == s.length, where, ": segment ", i, " (tail handle ", s.handle,
-                     ") has ", now, " tokens, the plan was made for ", s.length,
+      LAZYATTN_CHECK(now == s.length, where, ": segment ", i, " (tail handle ", s.handle, ") has ",
+                     now, " tokens, the plan was made for ", s.length,
                      "; a tail that grows needs a new plan");
     }
   }
@@ -165,8 +165,8 @@ lazyattn_status lazyattn_pool_create(int32_t num_layers, int32_t num_kv_heads, i
     PoolGeometry g{num_layers, num_kv_heads, head_dim, page_size, num_pages};
     LAZYATTN_CHECK(num_layers >= 1 && num_kv_heads >= 1 && head_dim >= 2 && head_dim % 2 == 0 &&
                        head_dim <= 1024,
-                   w, ": num_layers ", num_layers, ", num_kv_heads ", num_kv_heads,
-                   ", head_dim ", head_dim, ", expected >= 1, >= 1 and an even number <= 1024");
+                   w, ": num_layers ", num_layers, ", num_kv_heads ", num_kv_heads, ", head_dim ",
+                   head_dim, ", expected >= 1, >= 1 and an even number <= 1024");
     const double bytes = static_cast<double>(g.layer_stride()) * num_layers * size_of(c.dtype);
     LAZYATTN_CHECK(bytes < 4.0e18, w, ": ", bytes, " bytes per pool, expected less than 2^62");
     pools().add(pool.get());
@@ -248,8 +248,8 @@ lazyattn_status lazyattn_rope_info(lazyattn_rope rope, int32_t* head_dim, int32_
   });
 }
 
-lazyattn_status lazyattn_rope_frequencies(lazyattn_rope rope, int64_t rope_length,
-                                          double* inv_freq, double* attention_factor) {
+lazyattn_status lazyattn_rope_frequencies(lazyattn_rope rope, int64_t rope_length, double* inv_freq,
+                                          double* attention_factor) {
   const char* w = "lazyattn_rope_frequencies";
   return guarded(w, [&] {
     ropes().check(rope, w, "lazyattn_rope");
@@ -449,12 +449,12 @@ lazyattn_status lazyattn_destinations(lazyattn_pool pool, int32_t num_items, con
     }
     std::int64_t need = 0;
     lazyattn_destinations_bytes(total, flags, &need);
-    LAZYATTN_CHECK(dst != nullptr && dst_bytes >= need, w, ": dst of ", dst_bytes,
-                   " bytes for ", total, " tokens, expected at least ", need);
+    LAZYATTN_CHECK(dst != nullptr && dst_bytes >= need, w, ": dst of ", dst_bytes, " bytes for ",
+                   total, " tokens, expected at least ", need);
     auto* page = static_cast<std::int32_t*>(dst);
     auto* slot = page + total;
-    auto* pos = reinterpret_cast<std::int64_t*>(static_cast<std::byte*>(dst) +
-                                                (2 * total * 4 + 7) / 8 * 8);
+    auto* pos =
+        reinterpret_cast<std::int64_t*>(static_cast<std::byte*>(dst) + (2 * total * 4 + 7) / 8 * 8);
     const int P = p.config.page_size;
     std::int64_t t = 0;
     for (std::int32_t i = 0; i < num_items; ++i) {
@@ -483,8 +483,8 @@ lazyattn_status lazyattn_plan_create(lazyattn_pool pool, lazyattn_rope rope,
     *out = nullptr;
     LAZYATTN_CHECK(options != nullptr, w, ": options is NULL, expected lazyattn_plan_options");
     const lazyattn_plan_options& o = *options;
-    LAZYATTN_CHECK(o.kind == LAZYATTN_PLAN_DECODE || o.kind == LAZYATTN_PLAN_PREFILL, w,
-                   ": kind ", o.kind, ", expected 0 (decode) or 1 (prefill)");
+    LAZYATTN_CHECK(o.kind == LAZYATTN_PLAN_DECODE || o.kind == LAZYATTN_PLAN_PREFILL, w, ": kind ",
+                   o.kind, ", expected 0 (decode) or 1 (prefill)");
     const int Hkv = p.config.num_kv_heads;
     LAZYATTN_CHECK(o.num_qo_heads >= 1 && o.num_qo_heads % Hkv == 0, w, ": num_qo_heads ",
                    o.num_qo_heads, ", expected a positive multiple of the pool's ", Hkv,
@@ -499,8 +499,8 @@ lazyattn_status lazyattn_plan_create(lazyattn_pool pool, lazyattn_rope rope,
                    ", expected 0 (automatic) to 64");
     LAZYATTN_CHECK(o.headroom_tokens >= 0 && o.headroom_tokens < (std::int64_t{1} << 30), w,
                    ": headroom_tokens ", o.headroom_tokens, ", expected in [0, 2^30)");
-    lazyattn_plan_t* like = o.like ? plans().check(o.like, w, "lazyattn_plan (options.like)")
-                                   : nullptr;
+    lazyattn_plan_t* like =
+        o.like ? plans().check(o.like, w, "lazyattn_plan (options.like)") : nullptr;
     LAZYATTN_CHECK(!like || (like->pool == &p && like->kind == o.kind &&
                              like->num_qo_heads == o.num_qo_heads && like->rope == rope),
                    w, ": options.like was made for another pool, kind, head count or rope");
@@ -537,9 +537,8 @@ lazyattn_status lazyattn_plan_create(lazyattn_pool pool, lazyattn_rope rope,
         } else if (s.kind == LAZYATTN_SEGMENT_TAIL) {
           r.segments.push_back(Segment::of_tail(unpack_tail(s.handle), s.length, s.start));
         } else {
-          ::lazyattn::detail::throw_error(w, ": request ", b, " segment ",
-                                          i - segment_indptr[b], " kind ", s.kind,
-                                          ", expected 0 (document) or 1 (tail)");
+          ::lazyattn::detail::throw_error(w, ": request ", b, " segment ", i - segment_indptr[b],
+                                          " kind ", s.kind, ", expected 0 (document) or 1 (tail)");
         }
         plan->segments.push_back(s);
       }
@@ -571,8 +570,9 @@ lazyattn_status lazyattn_plan_create(lazyattn_pool pool, lazyattn_rope rope,
     }
     cuda::PlanHeadroom room;
     if (o.headroom_tokens > 0) {
-      room.tiles = static_cast<std::int64_t>(num_requests) *
-                   ((o.headroom_tokens + plan->schedule.tile_keys - 1) / plan->schedule.tile_keys + 1);
+      room.tiles =
+          static_cast<std::int64_t>(num_requests) *
+          ((o.headroom_tokens + plan->schedule.tile_keys - 1) / plan->schedule.tile_keys + 1);
       room.pages = static_cast<std::int64_t>(num_requests) *
                    ((o.headroom_tokens + p.config.page_size - 1) / p.config.page_size + 1);
     }
@@ -607,9 +607,10 @@ lazyattn_status lazyattn_plan_create(lazyattn_pool pool, lazyattn_rope rope,
       plan->ws_counters = 0;
       plan->ws_lse = align(static_cast<std::size_t>(num_requests) * Hkv * 4);
       plan->ws_o = align(plan->ws_lse + static_cast<std::size_t>(partials * o.num_qo_heads) * 4);
-      plan->ws_bytes = partials > 0 ? align(plan->ws_o + static_cast<std::size_t>(
-                                                             partials * o.num_qo_heads * D) * 4)
-                                    : 0;
+      plan->ws_bytes =
+          partials > 0
+              ? align(plan->ws_o + static_cast<std::size_t>(partials * o.num_qo_heads * D) * 4)
+              : 0;
     } else {
       plan->kv_splits = o.kv_splits;
       plan->kv_splits_room = o.kv_splits > 0 ? o.kv_splits : prefill_max_auto_splits(*plan);
@@ -621,9 +622,8 @@ lazyattn_status lazyattn_plan_create(lazyattn_pool pool, lazyattn_rope rope,
             align(plan->ws_o + static_cast<std::size_t>(plan->kv_splits_room * rows * D) * 4);
       }
     }
-    LAZYATTN_CHECK(!like || like->ws_bytes >= plan->ws_bytes, w,
-                   ": the plan needs a workspace of ", plan->ws_bytes, " bytes, options.like's has ",
-                   like->ws_bytes);
+    LAZYATTN_CHECK(!like || like->ws_bytes >= plan->ws_bytes, w, ": the plan needs a workspace of ",
+                   plan->ws_bytes, " bytes, options.like's has ", like->ws_bytes);
     if (like) {
       plan->ws_bytes = like->ws_bytes;
       plan->ws_counters = like->ws_counters;

@@ -149,8 +149,8 @@ LAZYATTN_C_API lazyattn_status lazyattn_doc_unpin(lazyattn_pool pool, lazyattn_d
 LAZYATTN_C_API lazyattn_status lazyattn_doc_erase(lazyattn_pool pool, lazyattn_doc doc);
 /* length, form, committed and pin count of a live document (any pointer may be NULL). */
 LAZYATTN_C_API lazyattn_status lazyattn_doc_info(lazyattn_pool pool, lazyattn_doc doc,
-                                                 int64_t* length, int32_t* form,
-                                                 int32_t* committed, int32_t* pins);
+                                                 int64_t* length, int32_t* form, int32_t* committed,
+                                                 int32_t* pins);
 /* The content key lazyattn uses for a token sequence (DocKey::from_tokens: FNV-1a 128 over the
  * little-endian int32 ids, then the count), from host memory. */
 LAZYATTN_C_API lazyattn_status lazyattn_doc_key_from_tokens(const int32_t* tokens,
@@ -181,8 +181,7 @@ LAZYATTN_C_API lazyattn_status lazyattn_tail_info(lazyattn_pool pool, lazyattn_t
 LAZYATTN_C_API lazyattn_status lazyattn_destinations_bytes(int64_t num_tokens, int32_t flags,
                                                            int64_t* bytes);
 LAZYATTN_C_API lazyattn_status lazyattn_destinations(lazyattn_pool pool, int32_t num_items,
-                                                     const int32_t* kinds,
-                                                     const uint64_t* handles,
+                                                     const int32_t* kinds, const uint64_t* handles,
                                                      const int64_t* first, const int64_t* count,
                                                      int32_t flags, void* dst, int64_t dst_bytes,
                                                      int64_t* num_tokens);
@@ -202,34 +201,31 @@ LAZYATTN_C_API lazyattn_status lazyattn_write(lazyattn_pool pool, lazyattn_rope 
  * Host work only; the packed image (lazyattn_plan_info: bytes) goes to the device with one copy
  * the caller makes (lazyattn_plan_pack into pinned memory, then an async copy). */
 typedef struct lazyattn_plan_options {
-  int32_t kind;          /* LAZYATTN_PLAN_DECODE or LAZYATTN_PLAN_PREFILL */
-  int32_t num_qo_heads;  /* query heads of the layers it serves (sizes the workspace) */
-  int32_t forced_splits; /* decode: > 0 fixes the splits per request (0: the heuristic) */
-  int32_t kv_splits;     /* prefill: key-range splits (0: automatic, 1: none) */
+  int32_t kind;            /* LAZYATTN_PLAN_DECODE or LAZYATTN_PLAN_PREFILL */
+  int32_t num_qo_heads;    /* query heads of the layers it serves (sizes the workspace) */
+  int32_t forced_splits;   /* decode: > 0 fixes the splits per request (0: the heuristic) */
+  int32_t kv_splits;       /* prefill: key-range splits (0: automatic, 1: none) */
   int64_t headroom_tokens; /* room in the tile and page arrays for every tail to grow by this
                               many tokens (plans of later steps packed with `like`) */
-  lazyattn_plan like;    /* NULL, or a plan whose layout this one must keep: same offsets,
-                            grid and splits per request, so a CUDA graph captured with `like`'s
-                            device image runs this plan once its image is copied over */
+  lazyattn_plan like;      /* NULL, or a plan whose layout this one must keep: same offsets,
+                              grid and splits per request, so a CUDA graph captured with `like`'s
+                              device image runs this plan once its image is copied over */
 } lazyattn_plan_options;
 
 typedef struct lazyattn_plan_info_t {
   int64_t bytes;           /* the packed image */
   int64_t workspace_bytes; /* the split-KV workspace launches need (zeroed once by the caller) */
   int32_t num_requests;
-  int32_t num_queries;     /* rows of q */
-  int64_t num_keys;        /* keys over all requests */
-  int32_t num_work;        /* decode: CTAs per KV head; prefill: query tiles */
-  int32_t kv_splits;       /* prefill: the splits the workspace has room for */
+  int32_t num_queries; /* rows of q */
+  int64_t num_keys;    /* keys over all requests */
+  int32_t num_work;    /* decode: CTAs per KV head; prefill: query tiles */
+  int32_t kv_splits;   /* prefill: the splits the workspace has room for */
 } lazyattn_plan_info_t;
 
-LAZYATTN_C_API lazyattn_status lazyattn_plan_create(lazyattn_pool pool, lazyattn_rope rope,
-                                                    const lazyattn_segment* segments,
-                                                    const int32_t* segment_indptr,
-                                                    const int32_t* num_queries,
-                                                    int32_t num_requests,
-                                                    const lazyattn_plan_options* options,
-                                                    lazyattn_plan* out);
+LAZYATTN_C_API lazyattn_status lazyattn_plan_create(
+    lazyattn_pool pool, lazyattn_rope rope, const lazyattn_segment* segments,
+    const int32_t* segment_indptr, const int32_t* num_queries, int32_t num_requests,
+    const lazyattn_plan_options* options, lazyattn_plan* out);
 LAZYATTN_C_API lazyattn_status lazyattn_plan_destroy(lazyattn_plan plan); /* NULL: no-op */
 LAZYATTN_C_API lazyattn_status lazyattn_plan_info(lazyattn_plan plan, lazyattn_plan_info_t* out);
 /* Copies the packed image (info.bytes) into dst (host memory of at least that size). */

@@ -7,9 +7,9 @@ using namespace lazyattn;
 using namespace lazyattn::capi;
 
 extern "C" lazyattn_status lazyattn_write(lazyattn_pool pool, lazyattn_rope rope, int32_t layer,
-                                          void* k_pool, void* v_pool, const void* k,
-                                          const void* v, int64_t num_tokens, const void* dst,
-                                          int32_t flags, void* stream) {
+                                          void* k_pool, void* v_pool, const void* k, const void* v,
+                                          int64_t num_tokens, const void* dst, int32_t flags,
+                                          void* stream) {
   const char* w = "lazyattn_write";
   return guarded(w, [&] {
     lazyattn_pool_t& p = *pools().check(pool, w, "lazyattn_pool");
@@ -23,8 +23,8 @@ extern "C" lazyattn_status lazyattn_write(lazyattn_pool pool, lazyattn_rope rope
     const bool rotate = (flags & LAZYATTN_WRITE_ROTATE) != 0;
     if (rotate) {
       ropes().check(rope, w, "lazyattn_rope");
-      LAZYATTN_CHECK(rope->device == p.device, w, ": the rope was created on device ",
-                     rope->device, ", expected the pool's device ", p.device);
+      LAZYATTN_CHECK(rope->device == p.device, w, ": the rope was created on device ", rope->device,
+                     ", expected the pool's device ", p.device);
     }
     if (num_tokens == 0) return;
     DeviceScope scope(p.device);
@@ -40,8 +40,8 @@ extern "C" lazyattn_status lazyattn_write(lazyattn_pool pool, lazyattn_rope rope
     const auto* slot = page + n;
     auto s = static_cast<cudaStream_t>(stream);
     if (rotate) {
-      const auto* pos = reinterpret_cast<const std::int64_t*>(
-          static_cast<const std::byte*>(dst) + (2 * num_tokens * 4 + 7) / 8 * 8);
+      const auto* pos = reinterpret_cast<const std::int64_t*>(static_cast<const std::byte*>(dst) +
+                                                              (2 * num_tokens * 4 + 7) / 8 * 8);
       cuda::write_tokens(dev, layer, k, v, n, page, slot, pos, rope->device_rope, s);
     } else {
       cuda::copy_tokens(dev, layer, k, v, n, page, slot, s);

@@ -31,8 +31,10 @@ class DevicePlan {
   void upload(const Plan& plan, const DecodeSchedule& sched, cudaStream_t stream = nullptr) {
     const PackedPlan packed = pack_plan(plan, sched);
     const std::size_t size = packed.bytes.size();
-    if (ready_) LAZYATTN_CUDA_CHECK(cudaEventSynchronize(ready_));  // staging free again
-    else LAZYATTN_CUDA_CHECK(cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming));
+    if (ready_)
+      LAZYATTN_CUDA_CHECK(cudaEventSynchronize(ready_));  // staging free again
+    else
+      LAZYATTN_CUDA_CHECK(cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming));
     if (size > staging_bytes_) {
       if (staging_) LAZYATTN_CUDA_CHECK(cudaFreeHost(staging_));
       staging_ = nullptr;

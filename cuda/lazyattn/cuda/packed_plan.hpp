@@ -139,16 +139,14 @@ inline void check_schedule(const Plan& plan, const DecodeSchedule& sched) {
     LAZYATTN_CHECK(seg >= 0 && seg < plan.num_segments(), w, ": schedule tile ", t, " segment ",
                    seg, ", expected < the plan's ", plan.num_segments(), " segments");
     const auto at = static_cast<std::size_t>(seg);
-    LAZYATTN_CHECK(ti.form == tile_form(plan.segment_form[at]) &&
-                       ti.seg_start == tile_start(plan, seg) &&
-                       ti.page_base == plan.segment_page_indptr[at] &&
-                       ti.key0 + ti.rows <= plan.segment_length[at],
-                   w, ": schedule tile ", t, " (segment ", seg, ": form ", ti.form, ", start ",
-                   ti.seg_start, ", keys ", ti.key0, "..", ti.key0 + ti.rows,
-                   ") does not match the plan's segment (form ",
-                   static_cast<int>(plan.segment_form[at]), ", start ", plan.segment_start[at],
-                   ", length ", plan.segment_length[at],
-                   "), expected the schedule made from this plan");
+    LAZYATTN_CHECK(
+        ti.form == tile_form(plan.segment_form[at]) && ti.seg_start == tile_start(plan, seg) &&
+            ti.page_base == plan.segment_page_indptr[at] &&
+            ti.key0 + ti.rows <= plan.segment_length[at],
+        w, ": schedule tile ", t, " (segment ", seg, ": form ", ti.form, ", start ", ti.seg_start,
+        ", keys ", ti.key0, "..", ti.key0 + ti.rows, ") does not match the plan's segment (form ",
+        static_cast<int>(plan.segment_form[at]), ", start ", plan.segment_start[at], ", length ",
+        plan.segment_length[at], "), expected the schedule made from this plan");
   }
 }
 
