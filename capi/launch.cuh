@@ -68,9 +68,22 @@ inline void set_up(Launch& L, lazyattn_plan plan, std::int32_t kind, std::int32_
   L.workspace = static_cast<std::byte*>(workspace);
 }
 
-inline AttentionParams params_of(const Launch& L, double softmax_scale) {
+// The fields cuda::DecodeArgs and cuda::PrefillArgs share, from the launch's checked inputs.
+template <class Args>
+Args launch_args(const Launch& L, std::int32_t layer, double softmax_scale, const void* q, void* o,
+                 float* maybe_lse) {
   const KvStoreConfig& c = L.pool->config;
-  return AttentionParams{L.plan->num_qo_heads, c.num_kv_heads, c.head_dim, softmax_scale, 0.0};
+  Args a;
+  a.dtype = c.dtype;
+  a.q = q;
+  a.o = o;
+  a.maybe_lse = maybe_lse;
+  a.layer = layer;
+  a.params = AttentionParams{L.plan->num_qo_heads, c.num_kv_heads, c.head_dim, softmax_scale, 0.0};
+  a.rope = L.apply_rope;
+  a.query_rotated = L.query_rotated;
+  a.inputs_scaled = L.inputs_scaled;
+  return a;
 }
 
 }  // namespace lazyattn::capi

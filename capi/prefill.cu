@@ -38,16 +38,7 @@ extern "C" lazyattn_status lazyattn_prefill(lazyattn_plan plan, int32_t layer, c
     DeviceScope scope(L.pool->device);
     const cuda::DevicePool pool(L.pool->config, const_cast<void*>(k_pool),
                                 const_cast<void*>(v_pool));
-    cuda::PrefillArgs args;
-    args.dtype = L.pool->config.dtype;
-    args.q = q;
-    args.o = o;
-    args.maybe_lse = maybe_lse;
-    args.layer = layer;
-    args.params = params_of(L, softmax_scale);
-    args.rope = L.apply_rope;
-    args.query_rotated = L.query_rotated;
-    args.inputs_scaled = L.inputs_scaled;
+    auto args = launch_args<cuda::PrefillArgs>(L, layer, softmax_scale, q, o, maybe_lse);
     args.kv_splits = L.plan->kv_splits;
     cuda::PrefillScratch scratch;
     if (L.plan->ws_bytes > 0) {
