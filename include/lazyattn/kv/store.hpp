@@ -47,6 +47,7 @@ struct DocInfo {
   std::int32_t pins = 0;
   bool committed = false;
   std::vector<std::int32_t> pages;  // [ceil(length / page_size)]
+  std::uint64_t last_use = 0;  // the store's clock at its last use: the LRU order of unpinned ones
 };
 
 struct TailInfo {
@@ -205,13 +206,14 @@ class KvStore {
     std::lock_guard lock(mu_);
     Doc& d = doc_locked(h, "KvStore::unpin");
     LAZYATTN_CHECK(d.pins > 0, "KvStore::unpin: ", h, " has pin count 0, expected > 0");
+    const std::uint64_t now = clock_ + 1;
+    // The LRU entry is the one allocation: made first, so a failure changes nothing.
+    if (d.pins == 1) lru_.insert({now, h.slot});
+    clock_ = now;
+    d.last_use = now;
     if (--d.pins == 0) {
       --stats_.pinned_documents;
       unpinned_pages_ += static_cast<std::int64_t>(d.pages.size());
-      d.last_use = ++clock_;
-      lru_.insert({d.last_use, h.slot});
-    } else {
-      d.last_use = ++clock_;
     }
   }
 
@@ -231,7 +233,7 @@ class KvStore {
   DocInfo info(DocHandle h) const {
     std::lock_guard lock(mu_);
     const Doc& d = doc_locked(h, "KvStore::info");
-    return DocInfo{d.key, d.form, d.length, d.pins, d.committed, d.pages};
+    return DocInfo{d.key, d.form, d.length, d.pins, d.committed, d.pages, d.last_use};
   }
 
   // ---- tails ----------------------------------------------------------------------------------
@@ -246,6 +248,9 @@ class KvStore {
     } else {
       LAZYATTN_CHECK(tails_.size() < kMaxTailSlots, "KvStore::create_tail: ", tails_.size(),
                      " tail slots exist, expected fewer than ", kMaxTailSlots);
+      // Room for this slot's later release first (see remove_doc_locked), then the slot.
+      reserve_one_more(tails_);
+      reserve_slots(free_tail_slots_, tails_.capacity());
       slot = static_cast<std::uint32_t>(tails_.size());
       tails_.emplace_back();
     }
@@ -598,19 +603,27 @@ class KvStore {
     ++d.pins;
   }
 
-  void touch_locked(std::uint32_t slot, Doc& d) {
-    bool in_lru = d.pins == 0;
-    if (in_lru) lru_.erase({d.last_use, slot});
-    d.last_use = ++clock_;
-    if (in_lru) lru_.insert({d.last_use, slot});
+  // Moves a document to the most recent end of the LRU by re-keying its node (extract, insert):
+  // nothing is allocated, so a touch cannot fail half way.
+  void touch_locked(std::uint32_t slot, Doc& d) noexcept {
+    const std::uint64_t now = ++clock_;
+    if (d.pins == 0) {
+      auto node = lru_.extract({d.last_use, slot});
+      node.value() = {now, slot};
+      lru_.insert(std::move(node));
+    }
+    d.last_use = now;
   }
 
-  void free_page_locked(std::int32_t p) {
+  void free_page_locked(std::int32_t p) noexcept {
     page_owner_[p] = kFree;
     free_pages_.push_back(p);
   }
 
-  void remove_doc_locked(std::uint32_t slot) {
+  // Allocates nothing: the free lists have room for every slot and page (reserved as the slot
+  // vectors grow, and for num_pages at construction), so evictions inside a call that must not
+  // fail half way cannot throw.
+  void remove_doc_locked(std::uint32_t slot) noexcept {
     Doc& d = docs_[slot];
     if (d.pins == 0) {
       lru_.erase({d.last_use, slot});
@@ -629,29 +642,53 @@ class KvStore {
     --stats_.documents;
   }
 
-  // Makes `needed` pages free, evicting least recently used unpinned documents, or throws with
-  // nothing changed. `where` names the caller for the message.
-  void make_room_locked(std::int64_t needed, const char* where) {
+  // Capacity for one more element, growing geometrically (so that a run of inserts stays linear).
+  template <class V>
+  static void reserve_one_more(V& v) {
+    if (v.size() == v.capacity()) v.reserve(std::max<std::size_t>(8, 2 * v.capacity()));
+  }
+  // A free-slot list never outgrows the slot vector: room for all of them means a release or an
+  // eviction never allocates.
+  static void reserve_slots(std::vector<std::uint32_t>& free, std::size_t slots) {
+    if (free.capacity() < slots) free.reserve(slots);
+  }
+
+  // Throws, with nothing changed, unless `needed` pages can be made free. `where` names the
+  // caller for the message.
+  void check_room_locked(std::int64_t needed, const char* where) const {
     auto free_now = static_cast<std::int64_t>(free_pages_.size());
-    if (free_now >= needed) return;
     LAZYATTN_CHECK(free_now + unpinned_pages_ >= needed, where, ": store full: need ", needed,
                    " pages, ", free_now, " free and ", unpinned_pages_,
                    " held by unpinned documents, of ", config_.num_pages, " pages");
+  }
+
+  // Makes `needed` pages free (check_room_locked passed), evicting least recently used unpinned
+  // documents; allocates nothing. The LRU holds unpinned documents only, and a victim is checked
+  // once more: an inconsistent store stops here rather than evict a pinned document.
+  void make_room_locked(std::int64_t needed) {
     while (static_cast<std::int64_t>(free_pages_.size()) < needed) {
-      std::uint32_t victim = lru_.begin()->second;
+      LAZYATTN_CHECK(!lru_.empty(), "KvStore: internal error: ",
+                     needed - static_cast<std::int64_t>(free_pages_.size()),
+                     " more pages needed and no unpinned document left to evict");
+      const std::uint32_t victim = lru_.begin()->second;
+      LAZYATTN_CHECK(docs_[victim].live && docs_[victim].pins == 0,
+                     "KvStore: internal error: the LRU names document slot ", victim,
+                     ", which is pinned or empty");
       remove_doc_locked(victim);
       ++stats_.evictions;
     }
   }
 
-  std::vector<std::int32_t> take_pages_locked(std::int64_t count, std::int32_t owner) {
-    std::vector<std::int32_t> pages(static_cast<std::size_t>(count));
-    for (auto& p : pages) {
-      p = free_pages_.back();
+  // Moves `count` free pages to `owner`, appended to `pages`, whose capacity the caller reserved
+  // (so this allocates nothing).
+  void take_pages_locked(std::int64_t count, std::int32_t owner,
+                         std::vector<std::int32_t>& pages) noexcept {
+    for (std::int64_t i = 0; i < count; ++i) {
+      const std::int32_t p = free_pages_.back();
       free_pages_.pop_back();
       page_owner_[p] = owner;
+      pages.push_back(p);
     }
-    return pages;
   }
 
   InsertResult allocate_locked(const DocKey& key, StorageForm form, std::int64_t length, bool pin,
@@ -671,8 +708,22 @@ class KvStore {
     }
     LAZYATTN_CHECK(!free_doc_slots_.empty() || docs_.size() < kMaxDocSlots, where, ": ",
                    docs_.size(), " document slots in use, expected fewer than ", kMaxDocSlots);
-    std::int64_t needed = pages_for(length);
-    make_room_locked(needed, where);
+    const std::int64_t needed = pages_for(length);
+    check_room_locked(needed, where);
+    // Everything that allocates, before anything changes (the strong guarantee): room for one
+    // more slot (and for its later release in the free list), the page list, the LRU node and
+    // the index node, made detached and given their values once the slot is known.
+    reserve_one_more(docs_);
+    reserve_slots(free_doc_slots_, docs_.capacity());
+    std::vector<std::int32_t> pages;
+    pages.reserve(static_cast<std::size_t>(needed));
+    decltype(lru_) lru_spare{{0, 0}};
+    auto lru_node = lru_spare.extract(lru_spare.begin());
+    index_.reserve(index_.size() + 1);
+    decltype(index_) index_spare{{IndexKey{key, form}, 0}};
+    auto index_node = index_spare.extract(index_spare.begin());
+    // Nothing below allocates.
+    make_room_locked(needed);
     std::uint32_t slot;
     if (!free_doc_slots_.empty()) {
       slot = free_doc_slots_.back();
@@ -688,12 +739,15 @@ class KvStore {
     d.form = form;
     d.length = length;
     d.pins = 0;
-    d.pages = take_pages_locked(needed, doc_owner(slot));
+    take_pages_locked(needed, doc_owner(slot), pages);
+    d.pages = std::move(pages);
     d.last_use = ++clock_;
-    lru_.insert({d.last_use, slot});
+    lru_node.value() = {d.last_use, slot};
+    lru_.insert(std::move(lru_node));
     unpinned_pages_ += needed;
     if (pin) pin_locked(slot, d);
-    index_.emplace(IndexKey{key, form}, slot);
+    index_node.mapped() = slot;
+    index_.insert(std::move(index_node));
     ++stats_.inserts;
     ++stats_.documents;
     return InsertResult{DocHandle{slot, d.generation}, true};
@@ -704,9 +758,10 @@ class KvStore {
     LAZYATTN_CHECK(t.length + n <= kMaxLength, where, ": ", h, " length ", t.length, " + n ", n,
                    " exceeds 2^31 - 1");
     std::int64_t needed = pages_for(t.length + n) - static_cast<std::int64_t>(t.pages.size());
-    make_room_locked(needed, where);
-    auto fresh = take_pages_locked(needed, tail_owner(h.slot));
-    t.pages.insert(t.pages.end(), fresh.begin(), fresh.end());
+    check_room_locked(needed, where);
+    t.pages.reserve(t.pages.size() + static_cast<std::size_t>(needed));  // the one allocation
+    make_room_locked(needed);
+    take_pages_locked(needed, tail_owner(h.slot), t.pages);
     std::int64_t first = t.length;
     t.length += n;
     return first;

@@ -1,0 +1,250 @@
+// KvStore under allocation failure: every mutating call is run with its k-th allocation failing,
+// for k = 0, 1, 2, ... until it succeeds; after each failure validate() passes and the store's
+// statistics, documents (pins, pages, LRU order), tails and pool bytes are as before the call,
+// and a store that went through the failures still evicts only unpinned documents.
+#include "support/catch.hpp"
+
+#include <cstdint>
+#include <cstdlib>
+#include <functional>
+#include <new>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "kv/store_contents.hpp"
+#include "lazyattn/kv.hpp"
+
+// The program's allocation functions (replaceable), failing on request: after arm(k), the k-th
+// operator new of this thread from then on throws std::bad_alloc.
+namespace {
+thread_local long fail_at = -1;
+thread_local long seen = 0;
+
+void* checked_alloc(std::size_t n) {
+  if (fail_at >= 0 && seen++ == fail_at) {
+    fail_at = -1;
+    throw std::bad_alloc();
+  }
+  if (void* p = std::malloc(n ? n : 1)) return p;
+  throw std::bad_alloc();
+}
+}  // namespace
+
+void* operator new(std::size_t n) { return checked_alloc(n); }
+void* operator new[](std::size_t n) { return checked_alloc(n); }
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete[](void* p) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
+
+using namespace lazyattn;
+namespace tk = lazyattn::test::kv;
+
+namespace {
+
+void arm(long k) {
+  seen = 0;
+  fail_at = k;
+}
+// Whether the armed failure fired (then the call saw a bad_alloc).
+bool disarm() {
+  const bool fired = fail_at < 0;
+  fail_at = -1;
+  return fired;
+}
+
+KvStoreConfig config() {
+  KvStoreConfig c;
+  c.num_layers = 2;
+  c.num_kv_heads = 2;
+  c.head_dim = 4;
+  c.page_size = 4;
+  c.dtype = DType::kFloat16;
+  c.num_pages = 12;
+  return c;
+}
+
+struct State {
+  KvStoreStats stats;
+  std::vector<std::optional<DocInfo>> docs;
+  std::vector<std::optional<TailInfo>> tails;
+  std::vector<std::byte> k, v;
+};
+
+// A fixture: documents pinned and not (in a known LRU order) and tails, handles kept.
+struct Fixture {
+  KvStore store{config()};
+  std::vector<DocHandle> docs;
+  std::vector<TailHandle> tails;
+
+  Fixture() {
+    docs.reserve(64);  // the ops' push_backs must not allocate while a failure is armed
+    tails.reserve(64);
+    const KvStoreConfig c = store.config();
+    auto add = [&](std::uint64_t id, std::int64_t n, bool pin) {
+      auto k = tk::make_tokens<float>(c, {id, DType::kFloat32}, 0, 0, n);
+      auto v = tk::make_tokens<float>(c, {id, DType::kFloat32}, 1, 0, n);
+      docs.push_back(store.insert(DocKey{0, id}, StorageForm::kLocal, n, k, v, pin).handle);
+    };
+    add(1, 8, true);    // pages 2, pinned
+    add(2, 4, false);   // 1 page, unpinned (oldest)
+    add(3, 8, false);   // 2 pages, unpinned
+    add(4, 3, true);    // 1 page, pinned
+    tails.push_back(store.create_tail(StorageForm::kRaw));
+    auto k = tk::make_tokens<float>(c, {9, DType::kFloat32}, 0, 0, 5);
+    store.append(tails[0], 5, k, k);  // 2 pages
+    tails.push_back(store.create_tail(StorageForm::kLocal));
+    store.release(tails[1]);  // a free tail slot
+    // 8 of 12 pages in use, 3 of them evictable.
+  }
+
+  State state() const {
+    State s;
+    s.stats = store.stats();
+    for (DocHandle h : docs)
+      s.docs.push_back(store.is_live(h) ? std::optional(store.info(h)) : std::nullopt);
+    for (TailHandle h : tails)
+      s.tails.push_back(store.is_live(h) ? std::optional(store.info(h)) : std::nullopt);
+    const auto bytes =
+        static_cast<std::size_t>(store.geometry().elements() * size_of(store.config().dtype));
+    s.k.assign(store.k_bytes(), store.k_bytes() + bytes);
+    s.v.assign(store.v_bytes(), store.v_bytes() + bytes);
+    return s;
+  }
+};
+
+void check_same(const State& a, const State& b) {
+  CHECK(a.stats.hits == b.stats.hits);
+  CHECK(a.stats.misses == b.stats.misses);
+  CHECK(a.stats.inserts == b.stats.inserts);
+  CHECK(a.stats.dedupes == b.stats.dedupes);
+  CHECK(a.stats.evictions == b.stats.evictions);
+  CHECK(a.stats.documents == b.stats.documents);
+  CHECK(a.stats.pinned_documents == b.stats.pinned_documents);
+  CHECK(a.stats.tails == b.stats.tails);
+  CHECK(a.stats.pages_in_use == b.stats.pages_in_use);
+  REQUIRE(a.docs.size() == b.docs.size());
+  for (std::size_t i = 0; i < a.docs.size(); ++i) {
+    INFO("document " << i);
+    REQUIRE(a.docs[i].has_value() == b.docs[i].has_value());
+    if (!a.docs[i]) continue;
+    CHECK(a.docs[i]->pins == b.docs[i]->pins);
+    CHECK(a.docs[i]->committed == b.docs[i]->committed);
+    CHECK(a.docs[i]->pages == b.docs[i]->pages);
+    CHECK(a.docs[i]->last_use == b.docs[i]->last_use);
+  }
+  REQUIRE(a.tails.size() == b.tails.size());
+  for (std::size_t i = 0; i < a.tails.size(); ++i) {
+    INFO("tail " << i);
+    REQUIRE(a.tails[i].has_value() == b.tails[i].has_value());
+    if (!a.tails[i]) continue;
+    CHECK(a.tails[i]->length == b.tails[i]->length);
+    CHECK(a.tails[i]->pages == b.tails[i]->pages);
+  }
+  CHECK(a.k == b.k);
+  CHECK(a.v == b.v);
+}
+
+// Runs op with its k-th allocation failing, k = 0, 1, ...: each failure must leave the store as
+// it was. Returns how many allocation points failed before the call got through.
+int run_with_failures(Fixture& f, const std::function<void(Fixture&)>& op) {
+  const State before = f.state();
+  for (long k = 0; k < 200; ++k) {
+    arm(k);
+    try {
+      op(f);
+    } catch (const std::bad_alloc&) {
+      REQUIRE(disarm());
+      INFO("allocation " << k << " failed");
+      f.store.validate();
+      check_same(f.state(), before);
+      continue;
+    }
+    REQUIRE_FALSE(disarm());  // the call got through without reaching allocation k
+    f.store.validate();
+    return static_cast<int>(k);
+  }
+  FAIL("the call kept allocating past 200 allocations");
+  return -1;
+}
+
+}  // namespace
+
+TEST_CASE("KvStore gives the strong guarantee when allocations fail", "[kv][store][faults]") {
+  const KvStoreConfig c = config();
+  auto tokens = [&](std::uint64_t seed, std::int64_t n) {
+    return tk::make_tokens<float>(c, {seed, DType::kFloat32}, 0, 0, n);
+  };
+  // The K/V each call reads, made before any failure is armed.
+  const auto k3 = tokens(20, 12), k10 = tokens(21, 10), k4 = tokens(2, 4), k11 = tokens(40, 11),
+             k12 = tokens(41, 12);
+  struct Op {
+    const char* name;
+    std::function<void(Fixture&)> prepare;  // run normally, before the state is taken
+    std::function<void(Fixture&)> run;      // the one call under failure
+  };
+  auto none = [](Fixture&) {};
+  const std::vector<Op> ops = {
+      {"insert, evicting",
+       [&](Fixture& f) {  // 3 of the 4 free pages, pinned: 1 free, 3 evictable
+         f.store.insert(DocKey{0, 20}, StorageForm::kLocal, 12, k3, k3, true);
+       },
+       [&](Fixture& f) {  // 3 pages: evicts the two unpinned documents
+         f.docs.push_back(f.store.insert(DocKey{0, 21}, StorageForm::kRaw, 10, k10, k10).handle);
+       }},
+      {"insert, dedupe", none,
+       [&](Fixture& f) { f.store.insert(DocKey{0, 2}, StorageForm::kLocal, 4, k4, k4, true); }},
+      {"allocate", none,
+       [&](Fixture& f) { f.store.allocate(DocKey{0, 30}, StorageForm::kLocal, 9); }},
+      {"find, touching", none,
+       [&](Fixture& f) { f.store.find(DocKey{0, 2}, StorageForm::kLocal); }},
+      {"find, pinning", none,
+       [&](Fixture& f) { f.store.find(DocKey{0, 3}, StorageForm::kLocal, true); }},
+      {"find, missing", none,
+       [&](Fixture& f) { f.store.find(DocKey{0, 99}, StorageForm::kLocal); }},
+      {"pin", none, [&](Fixture& f) { f.store.pin(f.docs[1]); }},
+      {"unpin to zero", none, [&](Fixture& f) { f.store.unpin(f.docs[0]); }},
+      {"unpin, still pinned", [&](Fixture& f) { f.store.pin(f.docs[3]); },
+       [&](Fixture& f) { f.store.unpin(f.docs[3]); }},
+      {"erase", none, [&](Fixture& f) { f.store.erase(f.docs[2]); }},
+      {"commit", none, [&](Fixture& f) { f.store.commit(f.docs[0]); }},
+      {"create_tail, reused slot", none,
+       [&](Fixture& f) { f.store.create_tail(StorageForm::kRaw); }},
+      {"create_tail, growing the slots",
+       [&](Fixture& f) {  // the slot vector full (capacity 8)
+         for (int i = 0; i < 7; ++i) f.tails.push_back(f.store.create_tail(StorageForm::kRaw));
+       },
+       [&](Fixture& f) { f.tails.push_back(f.store.create_tail(StorageForm::kRaw)); }},
+      {"append, evicting",
+       [&](Fixture& f) { f.store.append(f.tails[0], 11, k11, k11); },  // 16 tokens: 2 free pages
+       [&](Fixture& f) { f.store.append(f.tails[0], 12, k12, k12); }},  // 3 more pages: evicts
+      {"reserve", none, [&](Fixture& f) { f.store.reserve(f.tails[0], 3); }},
+      {"release", none, [&](Fixture& f) { f.store.release(f.tails[0]); }},
+  };
+  for (const Op& op : ops) {
+    DYNAMIC_SECTION(op.name) {
+      Fixture f;
+      op.prepare(f);
+      const int points = run_with_failures(f, op.run);
+      INFO(op.name << ": " << points << " allocation points failed, each leaving the store as it was");
+      CHECK(points >= 0);
+    }
+  }
+}
+
+TEST_CASE("KvStore's eviction never takes a pinned document", "[kv][store][faults]") {
+  Fixture f;
+  const KvStoreConfig c = f.store.config();
+  // Free pages: 4; evictable: 3. A 7-page insert takes everything unpinned, an 8-page one fails.
+  auto k = tk::make_tokens<float>(c, {60, DType::kFloat32}, 0, 0, 28);
+  f.store.insert(DocKey{0, 60}, StorageForm::kLocal, 28, k, k, true);
+  CHECK(f.store.is_live(f.docs[0]));
+  CHECK(f.store.is_live(f.docs[3]));
+  CHECK_FALSE(f.store.is_live(f.docs[1]));
+  CHECK_FALSE(f.store.is_live(f.docs[2]));
+  auto k2 = tk::make_tokens<float>(c, {61, DType::kFloat32}, 0, 0, 4);
+  CHECK_THROWS_WITH(f.store.insert(DocKey{0, 61}, StorageForm::kLocal, 4, k2, k2),
+                    Catch::Contains("store full: need 1 pages, 0 free and 0 held by unpinned"));
+  f.store.validate();
+}
