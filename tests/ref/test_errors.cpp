@@ -230,7 +230,7 @@ TEST_CASE("dense_attention and encode_document: sizes, positions, rope_length", 
     CHECK_ERROR(dense(q, qp, std::span<const float>(k).first(8), mask, 0),
                 "k has 8 elements, expected [num_keys (k_positions.size()) 3");
     CHECK_ERROR(dense(q, qp, k, std::span<const std::uint8_t>(mask).first(5), 0),
-                "mask has 5 elements, expected 0 (all visible) or [num_queries 2, num_keys 3] = 6");
+                "mask has 5 elements, expected [num_queries 2, num_keys 3] = 6");
     std::vector<std::int64_t> negative{5, -1};
     CHECK_ERROR(dense(q, negative, k, mask, 0), "q_positions[1] -1, expected in [0, 2^62)");
     CHECK_ERROR(dense(q, qp, k, mask, 6),
@@ -253,5 +253,13 @@ TEST_CASE("dense_attention and encode_document: sizes, positions, rope_length", 
     CHECK_ERROR(encode(2, k2, ks), "k_stored has 12 elements, expected [length 2");
     CHECK_ERROR(impl->encode(rope, p, -1, {}, {}, {}, {}, {}, {}, StorageForm::kRaw),
                 "length -1, expected in [0, 2^62)");
+    // A length whose element count wraps int64 is refused, not matched against small buffers
+    // (2^61 + 1 tokens x 2 heads x 4 dims wraps to 8 elements).
+    const std::int64_t huge = (std::int64_t{1} << 61) + 1;
+    CHECK_ERROR(impl->encode(rope, p, huge, std::span<const float>(q).first(8), k2,
+                             std::span<const float>(v).first(4), std::span<float>(out).first(8),
+                             std::span<float>(lse).first(2), {}, StorageForm::kRaw),
+                "q of shape [length 2305843009213693953, num_qo_heads 2, head_dim 4] has a "
+                "negative dimension or more than 2^63 - 1 elements");
   }
 }

@@ -53,16 +53,23 @@ inline std::string shape_string(std::initializer_list<Dim> dims) {
   return os.str();
 }
 
+// The element count of a shape; -1 when a dimension is negative or the product passes int64.
 inline std::int64_t elements_of(std::initializer_list<Dim> dims) {
   std::int64_t n = 1;
-  for (const Dim& d : dims) n *= d.size;
+  for (const Dim& d : dims) {
+    if (d.size < 0 || __builtin_mul_overflow(n, d.size, &n)) return -1;
+  }
   return n;
 }
 
-// Throws unless `size` (a span's element count) matches the shape `dims`.
+// Throws unless `size` (a span's element count) matches the shape `dims`, whose product is
+// checked: a shape too large to count is an error, not a wrapped number that a span might match.
 inline void check_size(const char* where, const char* name, std::size_t size,
                        std::initializer_list<Dim> dims) {
   std::int64_t expected = elements_of(dims);
+  LAZYATTN_CHECK(expected >= 0, where, ": ", name, " of shape ", shape_string(dims),
+                 " has a negative dimension or more than 2^63 - 1 elements, expected a shape "
+                 "that fits in memory");
   LAZYATTN_CHECK(static_cast<std::int64_t>(size) == expected, where, ": ", name, " has ", size,
                  " elements, expected ", shape_string(dims), " = ", expected);
 }
@@ -257,9 +264,7 @@ inline std::int64_t check_dense(const char* where, const RopePolicy& rope,
   check_size(where, "q", q_size, {{"num_queries (q_positions.size())", nq}, hq, d});
   check_size(where, "k", k_size, {{"num_keys (k_positions.size())", nk}, hk, d});
   check_size(where, "v", v_size, {{"num_keys (k_positions.size())", nk}, hk, d});
-  LAZYATTN_CHECK(mask_size == 0 || static_cast<std::int64_t>(mask_size) == nq * nk, where,
-                 ": mask has ", mask_size, " elements, expected 0 (all visible) or ",
-                 shape_string({{"num_queries", nq}, {"num_keys", nk}}), " = ", nq * nk);
+  if (mask_size != 0) check_size(where, "mask", mask_size, {{"num_queries", nq}, {"num_keys", nk}});
   check_size(where, "out", out_size, {{"num_queries", nq}, hq, d});
   check_size(where, "lse", lse_size, {{"num_queries", nq}, hq});
   check_positions(where, "q_positions", q_positions);
