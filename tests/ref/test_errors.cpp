@@ -56,6 +56,9 @@ TEST_CASE("attend: wrong span sizes name the expected shape", "[ref][errors]") {
     std::vector<float> short_lse(lse.size() - 8);
     CHECK_ERROR(attend(sc.q, out, short_lse),
                 "lse has 8 elements, expected [num_queries 2, num_qo_heads 8] = 16");
+    CHECK_ERROR(impl->attend(*sc.store, sc.plan, 1, sc.rope, p, sc.q, out, lse,
+                             static_cast<Method>(9)),
+                "method 9, expected 0 (eager) or 1 (deferred)");
   }
 }
 
@@ -253,6 +256,11 @@ TEST_CASE("dense_attention and encode_document: sizes, positions, rope_length", 
     CHECK_ERROR(encode(2, k2, ks), "k_stored has 12 elements, expected [length 2");
     CHECK_ERROR(impl->encode(rope, p, -1, {}, {}, {}, {}, {}, {}, StorageForm::kRaw),
                 "length -1, expected in [0, 2^62)");
+    CHECK_ERROR(impl->encode(rope, p, 2, std::span<const float>(q).first(16), k2,
+                             std::span<const float>(v).first(8), std::span<float>(out).first(16),
+                             std::span<float>(lse).first(4), std::span<float>(ks).first(8),
+                             static_cast<StorageForm>(7)),
+                "storage form 7");
     // A length whose element count wraps int64 is refused, not matched against small buffers
     // (2^61 + 1 tokens x 2 heads x 4 dims wraps to 8 elements).
     const std::int64_t huge = (std::int64_t{1} << 61) + 1;

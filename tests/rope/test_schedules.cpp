@@ -320,6 +320,10 @@ TEST_CASE("bad config values throw lazyattn::Error naming the value", "[rope][sc
   };
   std::vector<Case> cases = {
       {bad([](C c) { c.head_dim = 0; }), "head_dim 0, expected a positive even number"},
+      {bad([](C c) { c.rope_scaling.rope_type = static_cast<RopeType>(9); }),
+       "rope_type 9, expected 0 (default) to 5 (longrope)"},
+      {bad([](C c) { c.pair_layout = static_cast<PairLayout>(7); }),
+       "pair_layout 7, expected 0 (half) or 1 (interleaved)"},
       {bad([](C c) { c.head_dim = 7; }), "head_dim 7"},
       {bad([](C c) { c.rope_theta = 0.5; }), "rope_theta 0.5"},
       {bad([&](C c) { c.rope_theta = inf; }), "rope_theta inf"},

@@ -105,6 +105,13 @@ inline void check_rope_config(const RopeConfig& c) {
                  "), expected an even number >= 2");
   LAZYATTN_CHECK(c.max_position_embeddings >= 0, "RopeConfig: max_position_embeddings ",
                  c.max_position_embeddings, ", expected >= 0 (0 = not given)");
+  // Enums set from integers by hand: an unknown value would fall through every switch.
+  LAZYATTN_CHECK(c.pair_layout == PairLayout::kHalf || c.pair_layout == PairLayout::kInterleaved,
+                 "RopeConfig: pair_layout ", static_cast<int>(c.pair_layout),
+                 ", expected 0 (half) or 1 (interleaved)");
+  LAZYATTN_CHECK(static_cast<int>(c.rope_scaling.rope_type) <= static_cast<int>(RopeType::kLongrope),
+                 "RopeConfig: rope_type ", static_cast<int>(c.rope_scaling.rope_type),
+                 ", expected 0 (default) to 5 (longrope)");
   if (c.original_max_position_embeddings) {
     LAZYATTN_CHECK(*c.original_max_position_embeddings > 0,
                    "RopeConfig: original_max_position_embeddings ",

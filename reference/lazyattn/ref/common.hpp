@@ -35,6 +35,12 @@ constexpr std::string_view to_string(Method m) {
 
 namespace detail {
 
+// A Method set from an integer by hand must still be one of the two.
+inline void check_method(const char* where, Method m) {
+  LAZYATTN_CHECK(m == Method::kEager || m == Method::kDeferred, where, ": method ",
+                 static_cast<int>(m), ", expected 0 (eager) or 1 (deferred)");
+}
+
 // One named dimension of a tensor shape, for messages like "[num_queries 5, head_dim 128]".
 struct Dim {
   const char* name;
@@ -295,6 +301,9 @@ inline void check_encode(const char* where, const RopePolicy& rope, const Attent
   check_size(where, "lse", lse_size, {n, hq});
   if (k_stored_size != 0) {
     check_size(where, "k_stored", k_stored_size, {n, hk, d});
+    LAZYATTN_CHECK(k_stored_form == StorageForm::kRaw || k_stored_form == StorageForm::kLocal,
+                   where, ": k_stored storage form ", static_cast<int>(k_stored_form),
+                   ", expected raw (0) or local (1)");
     rope.check_form(k_stored_form, where);
   }
 }

@@ -576,6 +576,7 @@ void dense(const RopeFrequencies& f, const AttentionParams& params, std::span<co
 inline void attend(const KvStore& store, const Plan& plan, int layer, const RopePolicy& rope,
                    const AttentionParams& params, std::span<const float> q, std::span<float> out,
                    std::span<float> lse, Method method = Method::kDeferred) {
+  ref::detail::check_method("ref::eigen::attend", method);
   ref::detail::check_attend("ref::eigen::attend", store, plan, layer, rope, params, q.size(),
                             out.size(), lse.size());
   dispatch_dtype(store.config().dtype, [&](auto tag) {

@@ -260,6 +260,7 @@ void attend_typed(const KvStore& store, const Plan& plan, int layer, const RopeP
 inline void attend(const KvStore& store, const Plan& plan, int layer, const RopePolicy& rope,
                    const AttentionParams& params, std::span<const float> q, std::span<float> out,
                    std::span<float> lse, Method method = Method::kDeferred) {
+  ref::detail::check_method("ref::scalar::attend", method);
   ref::detail::check_attend("ref::scalar::attend", store, plan, layer, rope, params, q.size(),
                             out.size(), lse.size());
   dispatch_dtype(store.config().dtype, [&](auto tag) {
