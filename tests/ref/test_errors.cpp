@@ -86,6 +86,13 @@ TEST_CASE("attend: head dims, head counts and layers must agree", "[ref][errors]
     AttentionParams p_gqa = p;
     p_gqa.num_qo_heads = 7;
     CHECK_ERROR(attend(sc.rope, p_gqa, 1), "num_qo_heads 7, expected a multiple of num_kv_heads 2");
+    // Finite, but past what float32 logits hold: refused rather than inf, then NaN or zeros.
+    AttentionParams p_scale = p;
+    p_scale.softmax_scale = 1e39;
+    CHECK_ERROR(attend(sc.rope, p_scale, 1), "softmax_scale 1e+39, expected in [0, 1e+30]");
+    AttentionParams p_cap = p;
+    p_cap.logits_soft_cap = 1e300;
+    CHECK_ERROR(attend(sc.rope, p_cap, 1), "logits_soft_cap 1e+300, expected in [0, 1e+30]");
   }
 }
 

@@ -460,6 +460,34 @@ TEST_CASE("bad config values throw lazyattn::Error naming the value", "[rope][sc
          c.rope_scaling.factor = -2.0;
        }),
        "rope_scaling.factor -2 for rope_type longrope"},
+      // Values inside the ranges above whose arithmetic cannot be held (issue 24).
+      {bad([](C c) {
+         c.rope_scaling.rope_type = RopeType::kLongrope;
+         c.rope_scaling.short_factor = std::vector<double>(64, 1.0);
+         c.rope_scaling.long_factor = std::vector<double>(64, 1.0);
+         c.rope_scaling.short_factor[3] = 1e-310;  // subnormal: an infinite frequency
+       }),
+       "gives pair 3 the frequency inf"},
+      {bad([](C c) {
+         c.rope_scaling.rope_type = RopeType::kYarn;
+         c.rope_scaling.factor = 4.0;
+         c.rope_scaling.attention_factor = 1e20;
+       }),
+       "rope_scaling.attention_factor 1e+20, expected in (0, 10000]"},
+      {bad([](C c) {
+         c.rope_scaling.rope_type = RopeType::kYarn;
+         c.rope_scaling.factor = 4.0;
+         c.rope_scaling.mscale = -100.0;  // 0.1 * -100 * ln 4 + 1 < 0
+         c.rope_scaling.mscale_all_dim = 1.0;
+       }),
+       "rope_type yarn gives attention factor -"},
+      {bad([](C c) {
+         c.rope_scaling.rope_type = RopeType::kYarn;
+         c.rope_scaling.factor = 4.0;
+         c.rope_scaling.mscale = 1.0;
+         c.rope_scaling.mscale_all_dim = -1.0 / (0.1 * std::log(4.0));  // divides by zero
+       }),
+       "rope_type yarn gives attention factor"},
   };
   for (const auto& c : cases) {
     INFO("expected message: " << c.message);

@@ -9,6 +9,10 @@
 namespace lazyattn {
 
 struct AttentionParams {
+  // The largest softmax_scale and logits_soft_cap taken: far inside float32 (3.4e38) for any
+  // logit they multiply.
+  static constexpr double kMaxLogitScale = 1e30;
+
   int num_qo_heads = 32;
   int num_kv_heads = 8;  // query head h reads KV head h / (num_qo_heads / num_kv_heads) (GQA)
   int head_dim = 128;
@@ -27,10 +31,14 @@ struct AttentionParams {
                    num_kv_heads);
     LAZYATTN_CHECK(head_dim >= 2 && head_dim % 2 == 0, where, ": head_dim ", head_dim,
                    ", expected an even number >= 2");
-    LAZYATTN_CHECK(softmax_scale >= 0.0 && std::isfinite(softmax_scale), where,
-                   ": softmax_scale ", softmax_scale, ", expected >= 0 (0: 1/sqrt(head_dim))");
-    LAZYATTN_CHECK(logits_soft_cap >= 0.0 && std::isfinite(logits_soft_cap), where,
-                   ": logits_soft_cap ", logits_soft_cap, ", expected >= 0 (0: off)");
+    // The kernels and the Eigen reference compute logits in float32: a scale or cap past what it
+    // holds would turn into inf, then NaN or an all-zero output.
+    LAZYATTN_CHECK(softmax_scale >= 0.0 && softmax_scale <= kMaxLogitScale, where,
+                   ": softmax_scale ", softmax_scale, ", expected in [0, ", kMaxLogitScale,
+                   "] (0: 1/sqrt(head_dim); logits are scaled in float32)");
+    LAZYATTN_CHECK(logits_soft_cap >= 0.0 && logits_soft_cap <= kMaxLogitScale, where,
+                   ": logits_soft_cap ", logits_soft_cap, ", expected in [0, ", kMaxLogitScale,
+                   "] (0: off; the cap is applied in float32)");
   }
 };
 

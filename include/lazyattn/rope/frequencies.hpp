@@ -91,6 +91,10 @@ inline double scaling_factor_of(const RopeConfig& c) {
 
 inline bool finite_positive(double v) { return std::isfinite(v) && v > 0.0; }
 
+// The largest attention factor taken: its square multiplies the logits in float32 kernels, and
+// real schedules give 1 to about 2.
+inline constexpr double kMaxAttentionFactor = 1e4;
+
 inline void check_rope_config(const RopeConfig& c) {
   LAZYATTN_CHECK(c.head_dim > 0 && c.head_dim % 2 == 0, "RopeConfig: head_dim ", c.head_dim,
                  ", expected a positive even number");
@@ -136,9 +140,11 @@ inline void check_rope_config(const RopeConfig& c) {
     detail::throw_error("RopeConfig: rope_type ", t, " needs rope_scaling.factor");
   }
   if (s.attention_factor) {
-    LAZYATTN_CHECK(finite_positive(*s.attention_factor),
+    LAZYATTN_CHECK(finite_positive(*s.attention_factor) &&
+                       *s.attention_factor <= kMaxAttentionFactor,
                    "RopeConfig: rope_scaling.attention_factor ", *s.attention_factor,
-                   ", expected a finite number > 0");
+                   ", expected in (0, ", kMaxAttentionFactor,
+                   "] (its square scales the logits in float32)");
   }
   const bool uses_original =
       type == RopeType::kLlama3 || type == RopeType::kYarn || type == RopeType::kLongrope;
@@ -353,6 +359,20 @@ inline RopeFrequencies compute_rope_frequencies(const RopeConfig& c, std::int64_
     case RopeType::kLlama3: detail::llama3_frequencies(c, f); break;
     case RopeType::kLongrope: detail::longrope_frequencies(c, seq_len, f); break;
   }
+  // What the arithmetic can hold, whatever the schedule derived: finite positive frequencies
+  // (a tiny longrope factor, say, gives an infinite one) and an attention factor whose square,
+  // the query's scale, stays far inside float32 (it multiplies the logits in the kernels).
+  for (std::size_t i = 0; i < f.inv_freq.size(); ++i) {
+    LAZYATTN_CHECK(std::isfinite(f.inv_freq[i]) && f.inv_freq[i] > 0.0, "RopeConfig: rope_type ",
+                   to_string(s.rope_type), " gives pair ", i, " the frequency ", f.inv_freq[i],
+                   " (request length ", seq_len,
+                   "), expected a finite number > 0: check the config's factors");
+  }
+  LAZYATTN_CHECK(std::isfinite(f.attention_factor) && f.attention_factor > 0.0 &&
+                     f.attention_factor <= detail::kMaxAttentionFactor,
+                 "RopeConfig: rope_type ", to_string(s.rope_type), " gives attention factor ",
+                 f.attention_factor, ", expected in (0, ", detail::kMaxAttentionFactor,
+                 "] (its square scales the logits in float32)");
   f.turns.resize(f.inv_freq.size());
   for (std::size_t i = 0; i < f.inv_freq.size(); ++i) {
     f.turns[i] = rope::turns_per_position(f.inv_freq[i]);
