@@ -29,9 +29,9 @@ int main() {
   auto tokens = [](std::int64_t n) { return std::vector<float>(n * 8, 1.0f); };
   DocHandle a = store.insert(DocKey{0, 1}, StorageForm::kLocal, 6, tokens(6), tokens(6)).handle;
   DocHandle b = store.insert(DocKey{0, 2}, StorageForm::kRaw, 9, tokens(9), tokens(9)).handle;
-  TailHandle t0 = store.create_tail();
+  TailHandle t0 = store.create_tail(StorageForm::kLocal);
   store.append(t0, 3, tokens(3), tokens(3));
-  TailHandle t1 = store.create_tail();
+  TailHandle t1 = store.create_tail(StorageForm::kLocal);
   store.append(t1, 5, tokens(5), tokens(5));
 
   // Request 0: A, B, A again, back to back, then its tail; one query (a decode step).

@@ -43,7 +43,7 @@ int main() {
   DocHandle doc = store.insert(key, StorageForm::kLocal, length, k, v, /*pin=*/true).handle;
 
   // The request's own tokens (its tail): one here, whose query we compute.
-  TailHandle tail = store.create_tail();
+  TailHandle tail = store.create_tail(StorageForm::kLocal);
   store.append(tail, 1, std::vector<float>(2 * 128, 0.1f), std::vector<float>(2 * 128, 0.2f));
 
   // The same stored document at positions 0 and 5000, then the tail at 5100.

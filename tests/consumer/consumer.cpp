@@ -10,7 +10,7 @@ int main() {
                  DType::kBFloat16, /*num_pages=*/16});
   std::vector<float> k(1 * 6 * 2 * 8, 0.5f), v(k);
   DocHandle doc = store.insert<float>(DocKey{1, 2}, StorageForm::kLocal, 6, k, v).handle;
-  TailHandle tail = store.create_tail();
+  TailHandle tail = store.create_tail(StorageForm::kLocal);
   store.append<float>(tail, 2, std::vector<float>(32, 0.25f), std::vector<float>(32, 0.25f));
   RequestLayout r;
   r.segments = {Segment::document(doc, 6, 0), Segment::document(doc, 6, 100),

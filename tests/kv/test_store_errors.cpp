@@ -153,7 +153,7 @@ TEST_CASE("KvStore's failed calls name the bad value and change nothing", "[kv][
   tk::write_through_pool(s, s.info(cdoc).pages, sc, 0, 3);
   DocHandle d = tk::insert_spec(s, DocKey{0xd, 1}, StorageForm::kRaw, 1, sa, false).handle;
   s.erase(d);
-  TailHandle t = s.create_tail();
+  TailHandle t = s.create_tail(StorageForm::kLocal);
   tk::append_spec(s, t, 0, 6, st);
   TailHandle u = s.create_tail(StorageForm::kRaw);
   s.reserve(u, 2);
@@ -335,9 +335,9 @@ TEST_CASE("KvStore handles: a reused slot gets a new generation", "[kv][store][e
   CHECK(s.is_live(second));
   CHECK_THROWS_WITH(s.pin(first), Catch::Contains("stale document handle " + str(first) +
                                                   ", the slot now holds generation"));
-  TailHandle t1 = s.create_tail();
+  TailHandle t1 = s.create_tail(StorageForm::kLocal);
   s.release(t1);
-  TailHandle t2 = s.create_tail();
+  TailHandle t2 = s.create_tail(StorageForm::kLocal);
   CHECK(t2.slot == t1.slot);
   CHECK(t2.generation != t1.generation);
   CHECK_THROWS_WITH(s.info(t1), Catch::Contains("stale tail handle " + str(t1)));

@@ -92,7 +92,7 @@ TEST_CASE("KvStore stays consistent with several threads writing and reading at 
     auto uniform = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
     std::uint64_t tail_seed = 1'000'000 + 1000 * static_cast<std::uint64_t>(w);
     tk::ContentSpec tail_spec{tail_seed, DType::kFloat16};
-    TailHandle tail = store.create_tail();
+    TailHandle tail = store.create_tail(StorageForm::kLocal);
     std::int64_t tail_length = 0;
     for (int op = 0; op < kOpsPerWriter && failures.count == 0; ++op) {
       int id = uniform(0, kKeys - 1);
@@ -174,7 +174,7 @@ TEST_CASE("KvStore stays consistent with several threads writing and reading at 
           }
           default: {  // release and start a new tail
             store.release(tail);
-            tail = store.create_tail();
+            tail = store.create_tail(StorageForm::kLocal);
             tail_spec.seed = ++tail_seed;
             tail_length = 0;
             break;

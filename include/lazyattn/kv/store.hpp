@@ -238,7 +238,10 @@ class KvStore {
 
   // ---- tails ----------------------------------------------------------------------------------
 
-  TailHandle create_tail(StorageForm form = StorageForm::kLocal) {
+  // A request's private tokens, in the form the caller names: local (K rotated at the tail's own
+  // positions 0, 1, ...), raw, or absolute (K rotated at its logical positions). No default: a
+  // tail filled in another form than it was made in attends wrongly with no error.
+  TailHandle create_tail(StorageForm form) {
     check_form("KvStore::create_tail", form, /*tail=*/true);
     std::lock_guard lock(mu_);
     std::uint32_t slot;
