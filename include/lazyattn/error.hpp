@@ -4,6 +4,7 @@
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <utility>
 
 namespace lazyattn {
@@ -27,6 +28,27 @@ std::string concat(Args&&... args) {
 template <class... Args>
 [[noreturn]] void throw_error(Args&&... args) {
   throw Error(concat(std::forward<Args>(args)...));
+}
+
+// A user's text as it may appear in a message: control bytes (a NUL would end what() there) and
+// backslashes escaped, as \xNN and \\.
+inline std::string printable(std::string_view text) {
+  constexpr char kHex[] = "0123456789abcdef";
+  std::string out;
+  out.reserve(text.size());
+  for (char ch : text) {
+    const auto c = static_cast<unsigned char>(ch);
+    if (c == '\\') {
+      out += "\\\\";
+    } else if (c < 0x20 || c == 0x7f) {
+      out += "\\x";
+      out += kHex[c >> 4];
+      out += kHex[c & 15];
+    } else {
+      out += ch;
+    }
+  }
+  return out;
 }
 
 }  // namespace detail

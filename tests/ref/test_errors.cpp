@@ -156,6 +156,11 @@ TEST_CASE("attend: a plan that does not fit the store or itself", "[ref][errors]
       bad.request_rope_length[0] = 1;
       CHECK_ERROR(attend(bad), "request 0 rope_length 1, expected at least 1 + its largest");
     }
+    {
+      Plan bad = sc.plan;
+      bad.request_rope_length[0] = std::numeric_limits<std::int64_t>::max();
+      CHECK_ERROR(attend(bad), "request 0 rope_length 9223372036854775807, expected at least");
+    }
   }
 }
 

@@ -303,6 +303,10 @@ TEST_CASE("from_json errors name the field or value", "[rope][json][error]") {
       {minimal(R"("rope_scaling": {"rope_type": "yarn", "factor": 4, "truncate": 0})"),
        "\"rope_scaling.truncate\" (at byte @) is a number, expected a boolean", R"(0})"},
       {R"({"head_dim": 128.5})", "\"head_dim\" is 128.5, expected an integer"},
+      {R"({"head_dim": 9223372036854775808})",
+       "\"head_dim\" is 9223372036854775808, expected an integer of magnitude below 2^62"},
+      {minimal(R"("rope_scaling": {"rope_type": "a\u0000b"})"),
+       "rope_type \"a\\x00b\", expected one of default"},
       {R"({"head_dim": -64})", "\"head_dim\" is -64, expected a positive dimension"},
       {R"({"hidden_size": 100, "num_attention_heads": 3})",
        "\"hidden_size\" 100 is not a multiple of \"num_attention_heads\" 3"},
@@ -355,5 +359,8 @@ TEST_CASE("load_rope_config reads a file and names it in errors", "[rope][json]"
   auto missing = (dir / "no_such_file.json").string();
   CHECK_THROWS_WITH(load_rope_config(missing),
                     Catch::Contains("load_rope_config: cannot open \"" + missing + "\""));
+  CHECK_THROWS_AS(load_rope_config(dir.string()), Error);
+  CHECK_THROWS_WITH(load_rope_config(dir.string()),
+                    Catch::Contains("\"" + dir.string() + "\" is a directory, expected a config"));
   std::filesystem::remove_all(dir);
 }

@@ -134,6 +134,9 @@ TEST_CASE("json: malformed input fails naming the byte and what was expected",
        "byte 0 (line 1, column 1): expected a value (object, array, string, number, "
        "true, false or null), got byte 0xef"},
       {R"({"a":1,"a":2})", "byte 7 (line 1, column 8): expected no duplicate key \"a\""},
+      // A key holding a NUL is shown escaped, so the message goes on past it.
+      {R"({"a\u0000b":1,"a\u0000b":2})",
+       "byte 14 (line 1, column 15): expected no duplicate key \"a\\x00b\""},
       {"{\n  \"rope_theta\": 1e4,\n  \"x\" 1\n}", "byte 29 (line 3, column 7): expected ':'"},
       {std::string(300, '['),
        "byte 257 (line 1, column 258): expected at most 256 levels of nesting"},

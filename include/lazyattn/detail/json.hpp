@@ -14,6 +14,7 @@
 #include <string>
 #include <string_view>
 #include <system_error>
+#include <unordered_set>
 #include <vector>
 
 #include "lazyattn/error.hpp"
@@ -171,6 +172,7 @@ class Parser {
 
   void parse_object(Value& v, int depth) {
     v.kind = Kind::kObject;
+    std::unordered_set<std::string> seen;  // the keys so far: one lookup each, not a scan
     ++pos_;  // '{'
     skip_whitespace();
     if (peek() == '}') {
@@ -182,7 +184,8 @@ class Parser {
       if (peek() != '"') fail("a string key in an object");
       std::size_t key_at = pos_;
       std::string key = parse_string();
-      if (v.find(key) != nullptr) fail_at(key_at, concat("no duplicate key \"", key, "\""));
+      if (!seen.insert(key).second)
+        fail_at(key_at, concat("no duplicate key \"", ::lazyattn::detail::printable(key), "\""));
       skip_whitespace();
       if (peek() != ':') fail("':' after an object key");
       ++pos_;

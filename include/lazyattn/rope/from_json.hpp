@@ -22,6 +22,8 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <optional>
@@ -118,6 +120,18 @@ class RopeJsonReader {
                    json::to_string(v.kind), ", expected ", json::to_string(kind));
   }
 
+  // A number as a message shows it: integral values in full ("9223372036854775808", not
+  // "9.22337e+18"), others to the digits that give them back.
+  static std::string number_text(double x) {
+    char buf[400];
+    if (std::isfinite(x) && std::nearbyint(x) == x && std::fabs(x) < 1e300) {
+      std::snprintf(buf, sizeof buf, "%.0f", x);
+    } else {
+      std::snprintf(buf, sizeof buf, "%.17g", x);
+    }
+    return buf;
+  }
+
   double number_of(const json::Value& v, std::string_view name) const {
     expect_kind(v, json::Kind::kNumber, name);
     return v.number;
@@ -128,7 +142,8 @@ class RopeJsonReader {
     expect_kind(v, json::Kind::kNumber, name);
     if (v.is_integer) return v.integer;
     LAZYATTN_CHECK(std::nearbyint(v.number) == v.number && std::fabs(v.number) < 0x1p62, kWhere,
-                   ": \"", path(name), "\" is ", v.number, ", expected an integer");
+                   ": \"", path(name), "\" is ", number_text(v.number),
+                   ", expected an integer of magnitude below 2^62");
     return static_cast<std::int64_t>(v.number);
   }
 
@@ -341,9 +356,17 @@ inline RopePolicy rope_policy_from_json(std::string_view json_text) {
 // Reads the file at `path` (a config.json) and parses it as rope_config_from_json does; errors
 // are prefixed with the path.
 inline RopeConfig load_rope_config(const std::string& path) {
+  std::error_code ec;
+  LAZYATTN_CHECK(!std::filesystem::is_directory(path, ec), "load_rope_config: \"", path,
+                 "\" is a directory, expected a config.json file");
   std::ifstream in(path, std::ios::binary);
   LAZYATTN_CHECK(in.good(), "load_rope_config: cannot open \"", path, "\"");
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::string text;
+  try {
+    text.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  } catch (const std::ios_base::failure& e) {
+    detail::throw_error("load_rope_config: error reading \"", path, "\": ", e.what());
+  }
   LAZYATTN_CHECK(!in.bad(), "load_rope_config: error reading \"", path, "\"");
   try {
     return rope_config_from_json(text);

@@ -63,7 +63,7 @@ inline RopeType parse_rope_type(std::string_view name) {
   if (name == "yarn") return RopeType::kYarn;
   if (name == "llama3") return RopeType::kLlama3;
   if (name == "longrope" || name == "su") return RopeType::kLongrope;
-  detail::throw_error("parse_rope_type: rope_type \"", name,
+  detail::throw_error("parse_rope_type: rope_type \"", detail::printable(name),
                       "\", expected one of default, linear, dynamic, yarn, llama3, longrope");
 }
 

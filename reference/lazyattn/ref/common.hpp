@@ -211,9 +211,11 @@ inline void check_plan(const char* where, const KvStore& store, const Plan& plan
     LAZYATTN_CHECK(plan.request_query_position[b] == query_position, where, ": request ", b,
                    " query_position ", plan.request_query_position[b],
                    ", expected the tail's last ", num_queries, " positions from ", query_position);
-    LAZYATTN_CHECK(plan.request_rope_length[b] >= end_position, where, ": request ", b,
-                   " rope_length ", plan.request_rope_length[b],
-                   ", expected at least 1 + its largest position = ", end_position);
+    LAZYATTN_CHECK(plan.request_rope_length[b] >= end_position &&
+                       plan.request_rope_length[b] <= kMaxPosition,
+                   where, ": request ", b, " rope_length ", plan.request_rope_length[b],
+                   ", expected at least 1 + its largest position = ", end_position,
+                   " and at most 2^62");
   }
 }
 
