@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "kv/store_contents.hpp"
+#include "kv/store_state.hpp"
 #include "lazyattn/kv.hpp"
 
 // The program's allocation functions (replaceable), failing on request: after arm(k), the k-th
@@ -65,13 +66,6 @@ KvStoreConfig config() {
   return c;
 }
 
-struct State {
-  KvStoreStats stats;
-  std::vector<std::optional<DocInfo>> docs;
-  std::vector<std::optional<TailInfo>> tails;
-  std::vector<std::byte> k, v;
-};
-
 // A fixture: documents pinned and not (in a known LRU order) and tails, handles kept.
 struct Fixture {
   KvStore store{config()};
@@ -99,57 +93,13 @@ struct Fixture {
     // 8 of 12 pages in use, 3 of them evictable.
   }
 
-  State state() const {
-    State s;
-    s.stats = store.stats();
-    for (DocHandle h : docs)
-      s.docs.push_back(store.is_live(h) ? std::optional(store.info(h)) : std::nullopt);
-    for (TailHandle h : tails)
-      s.tails.push_back(store.is_live(h) ? std::optional(store.info(h)) : std::nullopt);
-    const auto bytes =
-        static_cast<std::size_t>(store.geometry().elements() * size_of(store.config().dtype));
-    s.k.assign(store.k_bytes(), store.k_bytes() + bytes);
-    s.v.assign(store.v_bytes(), store.v_bytes() + bytes);
-    return s;
-  }
+  tk::Snapshot state() const { return tk::snapshot(store, docs, tails); }
 };
-
-void check_same(const State& a, const State& b) {
-  CHECK(a.stats.hits == b.stats.hits);
-  CHECK(a.stats.misses == b.stats.misses);
-  CHECK(a.stats.inserts == b.stats.inserts);
-  CHECK(a.stats.dedupes == b.stats.dedupes);
-  CHECK(a.stats.evictions == b.stats.evictions);
-  CHECK(a.stats.documents == b.stats.documents);
-  CHECK(a.stats.pinned_documents == b.stats.pinned_documents);
-  CHECK(a.stats.tails == b.stats.tails);
-  CHECK(a.stats.pages_in_use == b.stats.pages_in_use);
-  REQUIRE(a.docs.size() == b.docs.size());
-  for (std::size_t i = 0; i < a.docs.size(); ++i) {
-    INFO("document " << i);
-    REQUIRE(a.docs[i].has_value() == b.docs[i].has_value());
-    if (!a.docs[i]) continue;
-    CHECK(a.docs[i]->pins == b.docs[i]->pins);
-    CHECK(a.docs[i]->committed == b.docs[i]->committed);
-    CHECK(a.docs[i]->pages == b.docs[i]->pages);
-    CHECK(a.docs[i]->last_use == b.docs[i]->last_use);
-  }
-  REQUIRE(a.tails.size() == b.tails.size());
-  for (std::size_t i = 0; i < a.tails.size(); ++i) {
-    INFO("tail " << i);
-    REQUIRE(a.tails[i].has_value() == b.tails[i].has_value());
-    if (!a.tails[i]) continue;
-    CHECK(a.tails[i]->length == b.tails[i]->length);
-    CHECK(a.tails[i]->pages == b.tails[i]->pages);
-  }
-  CHECK(a.k == b.k);
-  CHECK(a.v == b.v);
-}
 
 // Runs op with its k-th allocation failing, k = 0, 1, ...: each failure must leave the store as
 // it was. Returns how many allocation points failed before the call got through.
 int run_with_failures(Fixture& f, const std::function<void(Fixture&)>& op) {
-  const State before = f.state();
+  const tk::Snapshot before = f.state();
   for (long k = 0; k < 200; ++k) {
     arm(k);
     try {
@@ -158,7 +108,7 @@ int run_with_failures(Fixture& f, const std::function<void(Fixture&)>& op) {
       REQUIRE(disarm());
       INFO("allocation " << k << " failed");
       f.store.validate();
-      check_same(f.state(), before);
+      tk::check_same(f.state(), before);
       continue;
     }
     REQUIRE_FALSE(disarm());  // the call got through without reaching allocation k
