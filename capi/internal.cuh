@@ -186,6 +186,15 @@ Registry<lazyattn_pool_t>& pools();
 Registry<lazyattn_rope_t>& ropes();
 Registry<lazyattn_plan_t>& plans();
 
+// A non-null output pointer, and a live pool.
+template <class T>
+void check_out(const T* out, const char* where) {
+  LAZYATTN_CHECK(out != nullptr, where, ": the output pointer is NULL");
+}
+inline lazyattn_pool_t& pool_of(lazyattn_pool p, const char* where) {
+  return *pools().check(p, where, "lazyattn_pool");
+}
+
 // Throws unless every segment the plan recorded is as it was (the pool's epoch short-cuts it).
 void check_plan_current(lazyattn_plan_t& plan, const char* where);
 

@@ -17,8 +17,10 @@ docs/07-python.md.
     o, lse = pool.prefill(plan, q, layer=0, query_rotated=True)
 """
 from ._capi import LazyAttnError, LazyAttnValueError
-from .core import (Destinations, Document, Plan, Pool, Rope, Tail, back_to_back, gapped,
-                   parallel, tail_start)
+from .layout import Document, Tail, back_to_back, gapped, parallel, tail_start
+from .plan import Destinations, Plan
+from .pool import Pool
+from .rope import Rope
 from . import ops
 
 __version__ = "0.2.0"

@@ -26,7 +26,9 @@ import torch
 from transformers import AttentionInterface
 from transformers.cache_utils import Cache, CacheLayerMixin
 
-from . import core
+from .layout import Document
+from .pool import Pool
+from .rope import Rope
 
 NAME = "lazyattn"
 
@@ -218,7 +220,7 @@ class RagCache(_PoolCache):
             for b, req in enumerate(requests):
                 items = []
                 for j, r in enumerate(req):
-                    doc, start = (r, None) if isinstance(r, core.Document) else (r[0], r[1])
+                    doc, start = (r, None) if isinstance(r, Document) else (r[0], r[1])
                     store._check_document(doc, "lazyattn.hf.RagCache: request %d item %d" % (b, j))
                     items.append((doc, start))
                 if all(s is None for _, s in items):
@@ -314,12 +316,12 @@ class DocumentStore:
         head_dim = getattr(config, "head_dim", None) or config.hidden_size // self.num_qo_heads
         param = next(model.parameters())
         device = device if device is not None else param.device
-        self.rope = core.Rope(config, device=device)
+        self.rope = Rope(config, device=device)
         if self.rope.depends_on_length:
             raise ValueError("lazyattn.hf.DocumentStore: the config's RoPE schedule depends on "
                              "the request length (dynamic, longrope), expected one that does not: "
                              "documents are stored rotated by the model (local form)")
-        self.pool = core.Pool(config.num_hidden_layers, num_kv_heads, head_dim, num_pages,
+        self.pool = Pool(config.num_hidden_layers, num_kv_heads, head_dim, num_pages,
                               page_size=page_size, dtype=dtype or param.dtype, device=device,
                               rope=self.rope)
         self.fingerprint = _fingerprint(config)
@@ -336,7 +338,7 @@ class DocumentStore:
         return hi ^ (f >> 64), lo ^ (f & ((1 << 64) - 1))
 
     def _check_document(self, doc, where):
-        if not isinstance(doc, core.Document):
+        if not isinstance(doc, Document):
             raise TypeError("%s: a %s, expected a lazyattn Document" % (where, type(doc).__name__))
         if doc.pool is not self.pool:
             raise ValueError("%s: the document was cached for another model or config (another "
