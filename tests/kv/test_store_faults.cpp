@@ -32,12 +32,27 @@ void* checked_alloc(std::size_t n) {
 }
 }  // namespace
 
+// Every unaligned form, nothrow ones too, so that each new pairs with this file's delete (a
+// sanitizer's own operator new freed here would be a mismatch); the aligned forms stay the
+// runtime's, new and delete alike.
 void* operator new(std::size_t n) { return checked_alloc(n); }
 void* operator new[](std::size_t n) { return checked_alloc(n); }
+void* operator new(std::size_t n, const std::nothrow_t&) noexcept {
+  try {
+    return checked_alloc(n);
+  } catch (const std::bad_alloc&) {
+    return nullptr;
+  }
+}
+void* operator new[](std::size_t n, const std::nothrow_t& t) noexcept {
+  return operator new(n, t);
+}
 void operator delete(void* p) noexcept { std::free(p); }
 void operator delete[](void* p) noexcept { std::free(p); }
 void operator delete(void* p, std::size_t) noexcept { std::free(p); }
 void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
+void operator delete(void* p, const std::nothrow_t&) noexcept { std::free(p); }
+void operator delete[](void* p, const std::nothrow_t&) noexcept { std::free(p); }
 
 using namespace lazyattn;
 namespace tk = lazyattn::test::kv;
