@@ -1561,9 +1561,11 @@ inline void prefill(const PrefillArgs& args, const DevicePool& pool, const Devic
 inline void prefill(const PrefillArgs& args, const DevicePool& pool, const DevicePlan& plan,
                     const DeviceRope& rope, PrefillWorkspace* ws, cudaStream_t stream = nullptr) {
   PrefillScratch scratch;
+  PrefillArgs a = args;  // the split count fixed here, so the launch does not choose it again
   if (ws && args.kv_splits != 1 && plan.schedule().num_qtiles > 0) {
     args.params.check("cuda::prefill");
     const int splits = args.kv_splits > 0 ? args.kv_splits : prefill_auto_splits(args, plan, rope);
+    a.kv_splits = splits;
     if (splits > 1) {
       const std::int64_t out_rows =
           static_cast<std::int64_t>(plan.view().num_queries) * args.params.num_qo_heads;
@@ -1574,7 +1576,7 @@ inline void prefill(const PrefillArgs& args, const DevicePool& pool, const Devic
   }
   LAZYATTN_CHECK(ws || args.kv_splits <= 1, "cuda::prefill: kv_splits ", args.kv_splits,
                  " needs a PrefillWorkspace, got none");
-  prefill(args, pool, plan, rope, scratch, stream);
+  prefill(a, pool, plan, rope, scratch, stream);
 }
 
 // Without a workspace: no key-range splits (kv_splits must be 0 or 1).
