@@ -128,7 +128,7 @@ struct PackedPlan {
 // start and pages, and the kernels trust them (a schedule of another plan, e.g. the same layout
 // relabelled to another storage form, would run the wrong rotation silently).
 inline void check_schedule(const Plan& plan, const DecodeSchedule& sched) {
-  const char* w = "DevicePlan::upload";
+  const char* w = "pack_plan";
   LAZYATTN_CHECK(sched.tiles.size() == sched.tile_segment.size() &&
                      sched.tiles.size() == static_cast<std::size_t>(sched.num_tiles),
                  w, ": schedule of ", sched.num_tiles, " tiles holds ", sched.tiles.size(),
