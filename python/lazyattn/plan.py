@@ -14,6 +14,7 @@ class Destinations:
     way. `meta` holds the pool's and rope's handles for the operator."""
 
     def __init__(self, pool, data, num_tokens, rotate, rope, meta):
+        # The rope is kept so its handle in `meta` stays live as long as these destinations.
         self.pool, self.data, self.num_tokens, self.rotate, self.rope = (
             pool, data, num_tokens, rotate, rope)
         self.meta = meta
@@ -40,6 +41,7 @@ class Plan(_Owned):
     _DESTROY = "plan_destroy"
 
     def __init__(self, pool, h, rope, kind, like=None):
+        # The pool and rope are kept: the library's plan refers to both handles.
         self.pool, self._h, self.rope, self.kind = pool, h, rope, kind
         self._open = True
         info = _capi.PlanInfo()

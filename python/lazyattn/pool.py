@@ -31,7 +31,7 @@ class Pool(_Owned):
     _DESTROY = "pool_destroy"
 
     def __init__(self, num_layers, num_kv_heads, head_dim, num_pages, page_size=16,
-                 dtype=torch.bfloat16, device=None, rope=None, name=None):
+                 dtype=torch.bfloat16, device=None, rope=None):
         if dtype not in _DTYPES:
             raise ValueError("lazyattn.Pool: dtype %s, expected torch.bfloat16 or torch.float16"
                              % dtype)
@@ -39,7 +39,7 @@ class Pool(_Owned):
         self.page_size, self.dtype, self.num_pages = page_size, dtype, num_pages
         self.device = _device_index(device)
         self.device_obj = torch.device("cuda", self.device)
-        self.rope, self.name = rope, name
+        self.rope = rope
         self._h = None
         h = ctypes.c_void_p()
         _capi.call("pool_create", int(num_layers), int(num_kv_heads), int(head_dim),
