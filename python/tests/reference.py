@@ -1,7 +1,8 @@
 """Float64 reference for the Python tests, written from the math (docs/02-math.md), not from the
 kernels: every key rotated at its logical position, every query at its own, full attention over
 the documents and causal attention over the tail, and the same-precision peer (SDPA on the same
-keys and queries pre-rotated and rounded to 16 bits once). Shared by test_ops.py and test_hf.py.
+keys and queries pre-rotated and rounded to 16 bits once). Shared by the GPU tests (scenes.py,
+test_kernels.py, test_operators.py) and test_hf.py.
 """
 import torch
 import torch.nn.functional as F
