@@ -3,6 +3,8 @@
 // heuristic fills the GPU at batch 1 without splitting large batches.
 #include "support/catch.hpp"
 
+#include <algorithm>
+#include <cstdint>
 #include <numeric>
 #include <vector>
 
@@ -13,16 +15,22 @@ using namespace lazyattn;
 
 namespace {
 
-// A plan with the given segment lengths per request (plan arrays only; no store needed).
+// A plan with the given segment lengths per request (plan arrays only; no store needed). Segment
+// j of a request starts at 1000 j, documents alternate raw and local form, and the last segment is
+// the tail, raw, local or absolute by its index, so that the tile records' copies of the segments
+// can be told apart.
 Plan plan_of(const std::vector<std::vector<std::int32_t>>& lengths) {
   Plan p;
   p.page_size = 16;
   for (const auto& req : lengths) {
-    for (std::int32_t l : req) {
+    for (std::size_t j = 0; j < req.size(); ++j) {
+      const std::int32_t l = req[j];
+      const bool tail = j + 1 == req.size();
       p.segment_length.push_back(l);
-      p.segment_start.push_back(0);
-      p.segment_form.push_back(0);
-      p.segment_kind.push_back(0);
+      p.segment_start.push_back(1000 * static_cast<std::int64_t>(j));
+      p.segment_form.push_back(static_cast<std::uint8_t>(tail ? j % 3 : j % 2));
+      p.segment_kind.push_back(
+          static_cast<std::uint8_t>(tail ? SegmentKind::kTail : SegmentKind::kDocument));
       for (std::int32_t i = 0; i < (l + 15) / 16; ++i) p.page_ids.push_back(0);
       p.segment_page_indptr.push_back(static_cast<std::int32_t>(p.page_ids.size()));
     }
@@ -33,11 +41,32 @@ Plan plan_of(const std::vector<std::vector<std::int32_t>>& lengths) {
 }
 
 void check_cover(const Plan& plan, const cuda::DecodeSchedule& s) {
-  // Every tile lies in one segment and starts inside it, on a tile boundary.
+  // Every tile lies in one segment, starts inside it on a tile boundary and holds the keys up to
+  // the next boundary or the segment's end; a segment's tiles follow each other and cover it.
+  REQUIRE(s.tiles.size() == static_cast<std::size_t>(s.num_tiles));
+  std::vector<std::int64_t> keys_covered(static_cast<std::size_t>(plan.num_segments()), 0);
   for (std::int32_t t = 0; t < s.num_tiles; ++t) {
-    REQUIRE(s.tile_key_begin[t] < plan.segment_length[s.tile_segment[t]]);
-    REQUIRE(s.tile_key_begin[t] % s.tile_keys == 0);
+    const cuda::TileInfo& ti = s.tiles[static_cast<std::size_t>(t)];
+    INFO("tile " << t << " segment " << ti.segment << " key0 " << ti.key0 << " rows " << ti.rows);
+    REQUIRE(ti.segment >= 0);
+    REQUIRE(ti.segment < plan.num_segments());
+    const auto seg = static_cast<std::size_t>(ti.segment);
+    const std::int32_t len = plan.segment_length[seg];
+    REQUIRE(ti.key0 < len);
+    REQUIRE(ti.key0 % s.tile_keys == 0);
+    REQUIRE(ti.key0 == keys_covered[seg]);
+    REQUIRE(ti.rows == std::min(s.tile_keys, len - ti.key0));
+    keys_covered[seg] += ti.rows;
+    CHECK(ti.page_base == plan.segment_page_indptr[seg]);
+    // The kernels know raw and local form: an absolute tail is local form rotated from 0.
+    const auto form = static_cast<StorageForm>(plan.segment_form[seg]);
+    CHECK(ti.form == static_cast<std::int32_t>(form == StorageForm::kRaw ? StorageForm::kRaw
+                                                                         : StorageForm::kLocal));
+    CHECK(ti.seg_start == (form == StorageForm::kAbsolute ? 0 : plan.segment_start[seg]));
+    CHECK(ti.is_tail == (plan.segment_kind[seg] == static_cast<std::uint8_t>(SegmentKind::kTail)));
   }
+  for (std::size_t seg = 0; seg < keys_covered.size(); ++seg)
+    CHECK(keys_covered[seg] == plan.segment_length[seg]);
   // Work items tile each request's tiles in order, without gap or overlap.
   std::vector<int> covered(static_cast<std::size_t>(s.num_tiles), 0);
   std::int32_t partials = 0;
@@ -46,7 +75,7 @@ void check_cover(const Plan& plan, const cuda::DecodeSchedule& s) {
     REQUIRE(s.work_tile_begin[w] <= s.work_tile_end[w]);
     for (std::int32_t t = s.work_tile_begin[w]; t < s.work_tile_end[w]; ++t) {
       ++covered[t];
-      std::int32_t seg = s.tile_segment[t];
+      std::int32_t seg = s.tiles[static_cast<std::size_t>(t)].segment;
       REQUIRE(seg >= plan.request_segment_indptr[b]);
       REQUIRE(seg < plan.request_segment_indptr[b + 1]);
     }

@@ -83,8 +83,7 @@ bool same_device_layout(const PlanView& a, const cuda::DecodeScheduleView& as, c
          a.segment_kind == b.segment_kind && a.page_ids == b.page_ids &&
          as.tile_keys == bs.tile_keys && as.num_tiles == bs.num_tiles &&
          as.num_work == bs.num_work && as.num_partials == bs.num_partials &&
-         as.max_splits == bs.max_splits && as.tile_segment == bs.tile_segment &&
-         as.tile_key_begin == bs.tile_key_begin && as.tiles == bs.tiles &&
+         as.max_splits == bs.max_splits && as.tiles == bs.tiles &&
          as.work_request == bs.work_request && as.work_tile_begin == bs.work_tile_begin &&
          as.work_tile_end == bs.work_tile_end && as.work_split == bs.work_split &&
          as.request_num_splits == bs.request_num_splits &&

@@ -23,8 +23,6 @@ struct DecodeScheduleView {
   std::int32_t num_work = 0;
   std::int32_t num_partials = 0;
   std::int32_t max_splits = 1;
-  const std::int32_t* tile_segment = nullptr;
-  const std::int32_t* tile_key_begin = nullptr;
   const TileInfo* tiles = nullptr;
   const std::int32_t* work_request = nullptr;
   const std::int32_t* work_tile_begin = nullptr;
@@ -49,7 +47,7 @@ struct PlanHeadroom {
 // A plan and its schedule as one host image, with each array's offset and room. The scalars the
 // kernels take by value sit in the views; the views' pointers are offsets until bound to a base.
 struct PackedPlan {
-  static constexpr int kArrays = 23;  // 12 of the plan, 11 of the schedule
+  static constexpr int kArrays = 21;  // 12 of the plan, 9 of the schedule
   std::vector<std::byte> bytes;
   std::size_t offset[kArrays] = {};
   std::size_t room[kArrays] = {};  // bytes reserved for array i (its size, plus headroom)
@@ -104,8 +102,6 @@ struct PackedPlan {
       move(v.segment_kind, b);
       move(v.page_ids, b);
     } else {
-      move(v.tile_segment, b);
-      move(v.tile_key_begin, b);
       move(v.tiles, b);
       move(v.work_request, b);
       move(v.work_tile_begin, b);
@@ -129,9 +125,8 @@ struct PackedPlan {
 // relabelled to another storage form, would run the wrong rotation silently).
 inline void check_schedule(const Plan& plan, const DecodeSchedule& sched) {
   const char* w = "pack_plan";
-  LAZYATTN_CHECK(sched.tiles.size() == sched.tile_segment.size() &&
-                     sched.tiles.size() == static_cast<std::size_t>(sched.num_tiles),
-                 w, ": schedule of ", sched.num_tiles, " tiles holds ", sched.tiles.size(),
+  LAZYATTN_CHECK(sched.tiles.size() == static_cast<std::size_t>(sched.num_tiles), w,
+                 ": schedule of ", sched.num_tiles, " tiles holds ", sched.tiles.size(),
                  " tile records, expected one per tile");
   for (std::size_t t = 0; t < sched.tiles.size(); ++t) {
     const TileInfo& ti = sched.tiles[t];
@@ -225,8 +220,6 @@ inline PackedPlan pack_plan(const Plan& plan, const DecodeSchedule& sched,
   s.num_work = sched.num_work();
   s.num_partials = sched.num_partials;
   s.max_splits = sched.max_splits;
-  s.tile_segment = as(add(sched.tile_segment, headroom.tiles), s.tile_segment);
-  s.tile_key_begin = as(add(sched.tile_key_begin, headroom.tiles), s.tile_key_begin);
   s.tiles = as(add(sched.tiles, headroom.tiles), s.tiles);
   s.work_request = as(add(sched.work_request, 0), s.work_request);
   s.work_tile_begin = as(add(sched.work_tile_begin, 0), s.work_tile_begin);

@@ -49,10 +49,7 @@ struct DecodeSchedule {
   std::int32_t num_tiles = 0;
   std::int32_t num_partials = 0;  // partial states over all split requests
   std::int32_t max_splits = 1;
-  // Per tile: its segment (global index) and its first key within that segment.
-  std::vector<std::int32_t> tile_segment;
-  std::vector<std::int32_t> tile_key_begin;
-  std::vector<TileInfo> tiles;
+  std::vector<TileInfo> tiles;  // [num_tiles] in request order, each request's in key order
   // Per work item (one CTA per item and KV head): request, tile range, split index.
   std::vector<std::int32_t> work_request;
   std::vector<std::int32_t> work_tile_begin;
@@ -107,8 +104,6 @@ inline DecodeSchedule make_decode_schedule(const Plan& plan, int num_kv_heads,
     for (std::int32_t seg = plan.request_segment_indptr[b]; seg < plan.request_segment_indptr[b + 1];
          ++seg) {
       for (std::int32_t k = 0; k < plan.segment_length[seg]; k += opt.tile_keys) {
-        s.tile_segment.push_back(seg);
-        s.tile_key_begin.push_back(k);
         TileInfo ti;
         ti.page_base = plan.segment_page_indptr[seg];
         ti.key0 = k;
@@ -120,12 +115,12 @@ inline DecodeSchedule make_decode_schedule(const Plan& plan, int num_kv_heads,
         s.tiles.push_back(ti);
       }
     }
-    LAZYATTN_CHECK(s.tile_segment.size() < (std::size_t{1} << 31), w,
+    LAZYATTN_CHECK(s.tiles.size() < (std::size_t{1} << 31), w,
                    ": more than 2^31 - 1 tiles in one plan");
-    request_tile_begin[b + 1] = static_cast<std::int32_t>(s.tile_segment.size());
+    request_tile_begin[b + 1] = static_cast<std::int32_t>(s.tiles.size());
     request_tiles[b] = request_tile_begin[b + 1] - request_tile_begin[b];
   }
-  s.num_tiles = static_cast<std::int32_t>(s.tile_segment.size());
+  s.num_tiles = static_cast<std::int32_t>(s.tiles.size());
 
   // Tiles per split: pick the chunk that minimises a simple cost, waves x (tiles per CTA + a fixed
   // cost per CTA), where a wave is one CTA on every slot (SMs x CTAs per SM). Fewer waves save the
