@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Prints the median time (and counters) of every benchmark in Google Benchmark JSON files, one
-line each: a quick look at variants bench/report.py does not tabulate (e.g. the experimental
-local_tma one).   python3 bench/medians.py bench_decode.json [bench_prefill.json ...]"""
+line each: a quick look at modes bench/report.py does not tabulate (e.g. local_no_pdl).
+    python3 bench/medians.py bench_decode.json [bench_prefill.json ...]"""
 import json
 import sys
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Joins our Google Benchmark JSON with the peers' JSON (bench/peers/sdpa_peers.py) measured in the
-same call: one table (markdown), one JSON with every ratio, and plots.
+same run: one table (markdown), one JSON with every ratio, and plots.
 
     python3 bench/report.py --decode bench_decode.json --peers peers.json --out DIR \
         [--commit SHA] [--date YYYY-MM-DD]
@@ -118,11 +118,11 @@ def prefill_markdown(rows, meta):
                      f"{fmt(r['cudnn_tflops'], '{:.0f}')} | {fmt(r.get('local_vs_flash'))}x | "
                      f"{fmt(r.get('local_vs_cudnn'))}x | {fmt(r.get('rope_overhead_local'), '{:+.1%}')} / "
                      f"{fmt(r.get('rope_overhead_raw'), '{:+.1%}')} |")
-    lines += variant_table(rows, "The mma.sync kernel forced (PrefillKernel::kMmaSync), same call:",
+    lines += variant_table(rows, "The mma.sync kernel forced (PrefillKernel::kMmaSync), same run:",
                            "local_mma", "rope_off_mma", "mma")
     lines += variant_table(rows, "Hopper kernel forced by name (PrefillKernel::kWgmma: before it "
                            "became the default; since 2026-11-30 its two-warpgroup form), same "
-                           "call:", "local_wgmma", "rope_off_wgmma", "wgmma")
+                           "run:", "local_wgmma", "rope_off_wgmma", "wgmma")
     return "\n".join(lines) + "\n"
 
 
@@ -148,7 +148,7 @@ def fmt(x, spec="{:.2f}"):
 def markdown(rows, meta):
     lines = [f"Decode, {meta['device']}, commit {meta['commit']}, {meta['date']}; medians; "
              f"TB/s = bytes of K and V read / time; copy = {rows[0]['copy_tbps']:.2f} TB/s "
-             "(read + write of an 8 GB device copy, same call).", "",
+             "(read + write of an 8 GB device copy, same run).", "",
              "| batch x context | layout | splits | local | raw | RoPE off | cuDNN | flash | "
              "local / cuDNN | local / copy | RoPE overhead local / raw | RAG / single time |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
