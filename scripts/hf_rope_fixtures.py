@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Writes tests/data/hf_rope_fixtures.json: RoPE frequencies and cos/sin as transformers computes them.
 
-Runs where transformers and torch are installed (the GPU machine has both; no GPU is needed):
+Runs where transformers and torch are installed (no GPU is needed):
     python3 scripts/hf_rope_fixtures.py tests/data/hf_rope_fixtures.json
 Each case builds a model config the way a config.json would give it, instantiates the model's own
 rotary-embedding module, runs its forward on the listed positions (and on seq_len - 1, which is what
