@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# The whole issue-5 sweep of docs/reproduction.md ("H200 results") in one command, for a GPU
-# machine without the device tool's 10-minute calls: every job scripts/rag-gpu ran there, each
-# mode at the rates that reach its saturation, then the merged JSON, the tables and the plots.
+# The whole issue-5 sweep of docs/reproduction.md ("H200 results") in one command, on a machine
+# with the GPU: every job of that sweep (each a scripts/rag-gpu run), each mode at the rates that
+# reach its saturation, then the merged JSON, the tables and the plots.
 #
 #   bash bench/rag/reproduce.sh OUT_DIR [--config llama-3.1-8b] [--requests 120] [--dry-run]
 #

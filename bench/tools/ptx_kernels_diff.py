@@ -3,7 +3,7 @@
 directives, comments and the numbering of labels ignored. The check that lets a commit reuse a measured build's figures
 when it changes no kernel that was not measured (a refactor, a change confined to one build).
 
-    PTXAS_REPORT_PTX=/tmp/A.ptx PTXAS_REPORT_FLAGS=-DLAZYATTN_EXPERIMENTAL_TMA \
+    PTXAS_REPORT_PTX=/tmp/A.ptx \
         scripts/ptxas-report bench/cuda/bench_decode.cu decode_kernel    # in each checkout
     python3 bench/tools/ptx_kernels_diff.py /tmp/A.ptx /tmp/B.ptx [REGEX]
 

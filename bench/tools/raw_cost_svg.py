@@ -3,7 +3,8 @@
 
     python3 bench/tools/raw_cost_svg.py RESULTS_DIR OUT.svg
 
-RESULTS_DIR is bench/results/2026-11-30-h200-decode-raw-study (or one laid out like it):
+RESULTS_DIR is bench/results/2026-11-30-h200-decode-raw-study (on branch results-archive; or one
+laid out like it):
 d-ab-decode.txt (columns final d1 d2 d3: main and three diagnostic builds) and h-ab-decode.txt
 (columns final f2), each round a "## decode round" header and lines "decode/SHAPE/MODE t t ...".
 Every bar is the median over the rounds of (time / main's RoPE-off time in that round).

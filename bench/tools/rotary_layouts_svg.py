@@ -3,7 +3,8 @@
 
     python3 bench/tools/rotary_layouts_svg.py RESULTS_DIR OUT.svg
 
-RESULTS_DIR is bench/results/2026-11-30-h200-decode-rotary-layouts (or one laid out like it):
+RESULTS_DIR is bench/results/2026-11-30-h200-decode-rotary-layouts (on branch results-archive;
+or one laid out like it):
 call-fq/{rot,fq}_{interleaved,partial}_{1,2}.txt and call-fq2/{rot,fq2}_half_{1,2}.txt plus
 call-fq2/fq2_{interleaved,partial}_1.txt, each `bench/medians.py` output. Every bar is the median
 over the rounds of (mode time / the same binary's RoPE-off time in that round). Standard library
