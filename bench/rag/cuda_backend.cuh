@@ -214,7 +214,9 @@ class CudaBackend final : public DeviceBackend {
     const Plan* plan = batch.plan;
     Plan combined;
     if (!batch.encodes.empty()) {
-      combined = encode_plan(batch.encodes);
+      std::vector<DocHandle> docs;
+      for (const EncodeItem& e : batch.encodes) docs.push_back(e.doc);
+      combined = encode_plan(*store_, docs);
       if (batch.plan) append_plan(combined, *batch.plan);
       plan = &combined;
     }
@@ -611,56 +613,6 @@ class CudaBackend final : public DeviceBackend {
       a.params = params_;
       cuda::prefill(a, *pool_, device_plan_, *rope_, &prefill_ws_, stream_);
     }
-  }
-
-  // Document encodings as plan requests: one segment each, the document's pages as a causal tail
-  // at start 0, every token a query (tests/cuda/test_prefill.cu's document encoding).
-  Plan encode_plan(const std::vector<EncodeItem>& encodes) const {
-    Plan p;
-    p.page_size = options_.page_size;
-    for (const EncodeItem& e : encodes) {
-      const auto len = static_cast<std::int64_t>(e.tokens.size());
-      std::vector<std::int32_t> pages = store_->info(e.doc).pages;
-      pages.resize(static_cast<std::size_t>(store_->pages_for(len)));
-      p.page_ids.insert(p.page_ids.end(), pages.begin(), pages.end());
-      p.segment_page_indptr.push_back(static_cast<std::int32_t>(p.page_ids.size()));
-      p.segment_length.push_back(static_cast<std::int32_t>(len));
-      p.segment_start.push_back(0);
-      p.segment_form.push_back(static_cast<std::uint8_t>(StorageForm::kLocal));
-      p.segment_kind.push_back(static_cast<std::uint8_t>(SegmentKind::kTail));
-      p.request_tail_segment.push_back(p.num_segments() - 1);
-      p.request_segment_indptr.push_back(p.num_segments());
-      p.request_query_indptr.push_back(p.request_query_indptr.back() +
-                                       static_cast<std::int32_t>(len));
-      p.request_kv_length.push_back(len);
-      p.request_query_position.push_back(0);
-      p.request_rope_length.push_back(len);
-    }
-    return p;
-  }
-
-  // dst's requests, then src's, with src's segment, page and query indices shifted.
-  static void append_plan(Plan& dst, const Plan& src) {
-    const std::int32_t s0 = dst.num_segments(), q0 = dst.num_queries();
-    const auto p0 = static_cast<std::int32_t>(dst.page_ids.size());
-    for (std::int32_t b = 0; b < src.num_requests(); ++b) {
-      const auto i = static_cast<std::size_t>(b);
-      dst.request_segment_indptr.push_back(src.request_segment_indptr[i + 1] + s0);
-      dst.request_query_indptr.push_back(src.request_query_indptr[i + 1] + q0);
-      dst.request_tail_segment.push_back(src.request_tail_segment[i] + s0);
-      dst.request_kv_length.push_back(src.request_kv_length[i]);
-      dst.request_query_position.push_back(src.request_query_position[i]);
-      dst.request_rope_length.push_back(src.request_rope_length[i]);
-    }
-    for (std::int32_t s = 0; s < src.num_segments(); ++s) {
-      const auto i = static_cast<std::size_t>(s);
-      dst.segment_page_indptr.push_back(src.segment_page_indptr[i + 1] + p0);
-      dst.segment_length.push_back(src.segment_length[i]);
-      dst.segment_start.push_back(src.segment_start[i]);
-      dst.segment_form.push_back(src.segment_form[i]);
-      dst.segment_kind.push_back(src.segment_kind[i]);
-    }
-    dst.page_ids.insert(dst.page_ids.end(), src.page_ids.begin(), src.page_ids.end());
   }
 
   std::uint8_t mark(std::int32_t page) const {

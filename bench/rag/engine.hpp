@@ -34,6 +34,7 @@
 #include "lazyattn/kv/doc_key.hpp"
 #include "lazyattn/kv/layout.hpp"
 #include "lazyattn/kv/plan.hpp"
+#include "lazyattn/kv/plan_ops.hpp"
 #include "modes.hpp"
 #include "workload.hpp"
 
@@ -72,55 +73,6 @@ struct RunResult {
   double mean_pages = 0;  // time-weighted over the busy steps
   KvStoreStats store;
 };
-
-// Merges neighbouring document segments of one request that hold keys in local form at the same
-// start, where the first one fills its last page: the merged segment's pages are the two lists
-// back to back and its keys carry the same rotations, so attention is unchanged, with one query
-// rotation and one schedule item instead of two. That is how block-attention's private copies,
-// position-aware documents and prefix blocks (all keys at their absolute positions, start 0)
-// become the one contiguous KV run a conventional cache gives them. Lazy documents keep their
-// separate starts. Raw-form segments never merge: their keys are rotated by slot in the kernel.
-inline void coalesce_document_segments(Plan& plan) {
-  const auto local = static_cast<std::uint8_t>(StorageForm::kLocal);
-  const auto document = static_cast<std::uint8_t>(SegmentKind::kDocument);
-  Plan out;
-  out.page_size = plan.page_size;
-  out.request_query_indptr = plan.request_query_indptr;
-  out.request_kv_length = plan.request_kv_length;
-  out.request_query_position = plan.request_query_position;
-  out.request_rope_length = plan.request_rope_length;
-  for (std::int32_t b = 0; b < plan.num_requests(); ++b) {
-    const auto rb = static_cast<std::size_t>(b);
-    for (std::int32_t s = plan.request_segment_indptr[rb]; s < plan.request_segment_indptr[rb + 1];
-         ++s) {
-      const auto i = static_cast<std::size_t>(s);
-      const auto p0 = static_cast<std::size_t>(plan.segment_page_indptr[i]),
-                 p1 = static_cast<std::size_t>(plan.segment_page_indptr[i + 1]);
-      const bool merge =
-          s > plan.request_segment_indptr[rb] && plan.segment_kind[i] == document &&
-          plan.segment_form[i] == local && out.segment_kind.back() == document &&
-          out.segment_form.back() == local && out.segment_start.back() == plan.segment_start[i] &&
-          out.segment_length.back() % plan.page_size == 0 &&
-          std::int64_t{out.segment_length.back()} + plan.segment_length[i] <=
-              std::numeric_limits<std::int32_t>::max();
-      out.page_ids.insert(out.page_ids.end(), plan.page_ids.begin() + static_cast<std::ptrdiff_t>(p0),
-                          plan.page_ids.begin() + static_cast<std::ptrdiff_t>(p1));
-      if (merge) {
-        out.segment_page_indptr.back() = static_cast<std::int32_t>(out.page_ids.size());
-        out.segment_length.back() += plan.segment_length[i];
-        continue;
-      }
-      if (s == plan.request_tail_segment[rb]) out.request_tail_segment.push_back(out.num_segments());
-      out.segment_page_indptr.push_back(static_cast<std::int32_t>(out.page_ids.size()));
-      out.segment_length.push_back(plan.segment_length[i]);
-      out.segment_start.push_back(plan.segment_start[i]);
-      out.segment_form.push_back(plan.segment_form[i]);
-      out.segment_kind.push_back(plan.segment_kind[i]);
-    }
-    out.request_segment_indptr.push_back(out.num_segments());
-  }
-  plan = std::move(out);
-}
 
 class Engine {
  public:
