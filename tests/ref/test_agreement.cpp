@@ -1,5 +1,7 @@
-// Scalar vs Eigen on the same inputs: the two references share no index math and no angle code
-// (long double cosl/sinl vs the library's Q0.64 turns), so agreement checks both at once.
+// Scalar vs Eigen on the same inputs: the two references share no index math and no trigonometry
+// (long double cosl/sinl of the reduced angle vs rope::cos_sin and float tiles), so agreement
+// checks both at once. Both reduce angles with the library's Q0.64 turns per position, which
+// tests/rope/test_angle.cpp checks against binary128.
 #include "support/catch.hpp"
 #include <cmath>
 #include <cstdint>

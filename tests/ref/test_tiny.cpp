@@ -236,7 +236,8 @@ TEST_CASE("tiny: positions at 2^40 keep the angle of the difference", "[ref][tin
     std::vector<double> out;
     double lse = 0;
     softmax({0.0, 2 * std::cos(3.0), 0.0}, {{0, 0}, {1, 0}, {0, 1}}, out, lse);
-    // Angles at 2^40 carry ~2e-7 rad of rounding (the frequency itself is a double).
+    // ref::eigen turns keys with float32 cos/sin (~1.5e-7 of rounding), and R(1) k is stored as
+    // float.
     expect_all(store, layout, default_rope(2), tiny_params(1, 1, 2), {2, 0}, out, {lse},
                {2e-6, 2e-6});
   }

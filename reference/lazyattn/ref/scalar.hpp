@@ -1,5 +1,6 @@
 // lazyattn::ref::scalar: the naive CPU reference. Float64 accumulation, its own indexing of the
-// page pool and its own long double angles, so that it checks the library instead of repeating it.
+// page pool and its own long double trigonometry, so that it checks the library instead of
+// repeating it; angles are reduced exactly, with the library's Q0.64 turns (rope/angle.hpp).
 //
 // Per query Q_i (position m) and key K_j (position n), one head at a time:
 //   pass 1  S_ij = logit(<R(m) Q_i, R(n) K_j>), rotated the way the method says (below)
@@ -23,6 +24,7 @@
 #include "lazyattn/kv/plan.hpp"
 #include "lazyattn/kv/store.hpp"
 #include "lazyattn/ref/common.hpp"
+#include "lazyattn/rope/angle.hpp"
 #include "lazyattn/rope/frequencies.hpp"
 #include "lazyattn/rope/policy.hpp"
 
@@ -31,9 +33,15 @@ namespace detail {
 
 using Vec = std::vector<double>;
 
-// cos and sin of delta * w_k for every pair k, in long double straight from inv_freq: an angle
-// path independent of the library's Q0.64 turns (rope/angle.hpp). delta converts to long double
-// exactly (64-bit mantissa); at |delta| ~ 2^40 the product still holds the angle to ~1e-7 rad.
+// 2 pi / 2^64: one Q0.64 unit of a turn, in radians (the power of two scales 2 pi exactly).
+inline constexpr long double kRadiansPerQ64 = 6.28318530717958647692528676655900577L * 0x1p-64L;
+
+// cos and sin of delta * w_k for every pair k, in long double. The angle is reduced exactly
+// before any rounding: delta times the pair's Q0.64 turns per position (f.turns, checked against
+// binary128 in tests/rope/test_angle.cpp), wrapping modulo 2^64 = one turn, is the angle modulo
+// 2 pi for every int64 delta, so R(m) and R(n) compose to R(m - n) however far m and n are. The
+// signed fraction converts to long double exactly; the angle in [-pi, pi) is then within 4e-19
+// rad. (delta * inv_freq in long double rounds the unreduced product: up to 0.06 rad at 2^60.)
 struct Angles {
   std::vector<long double> cos;
   std::vector<long double> sin;
@@ -43,7 +51,8 @@ struct Angles {
     cos.resize(pairs);
     sin.resize(pairs);
     for (std::size_t k = 0; k < pairs; ++k) {
-      long double a = static_cast<long double>(delta) * static_cast<long double>(f.inv_freq[k]);
+      const auto turn = static_cast<std::int64_t>(rope::angle_turns_q64(delta, f.turns[k]));
+      const long double a = static_cast<long double>(turn) * kRadiansPerQ64;
       cos[k] = cosl(a);
       sin[k] = sinl(a);
     }
