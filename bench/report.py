@@ -96,9 +96,6 @@ def prefill_table(ours, peers):
             r["rope_overhead_raw"] = us["raw"] / us[raw_twin] - 1.0
         # The mma.sync kernel forced (local / rope_off are what PrefillKernel::kAuto picks).
         peer_ratios(r, tf, us, "local_mma", "mma", "rope_off_mma")
-        # The wgmma kernel by name: before it became the default, and since 2026-11-30 its
-        # two-warpgroup form beside the warp-specialised default.
-        peer_ratios(r, tf, us, "local_wgmma", "wgmma", "rope_off_wgmma")
         out.append(r)
     return out
 
@@ -106,9 +103,9 @@ def prefill_table(ours, peers):
 def prefill_markdown(rows, meta):
     lines = [f"Prefill, {meta['device']}, commit {meta['commit']}, {meta['date']}; medians; "
              "TFLOP/s = 4 q kv d heads / time (halved for the causal square).", "",
-             "Kernels as PrefillKernel::kAuto picks them (wgmma, warp-specialised since 2026-11-30, "
-             "for local and RoPE off at head dim 128; mma.sync for raw, whose overhead is against "
-             "the mma.sync RoPE-off run).", "",
+             "Kernels as PrefillKernel::kAuto picks them (the warp-specialised wgmma kernel for local "
+             "and RoPE off at head dim 128; mma.sync for raw, whose overhead is against the "
+             "mma.sync RoPE-off run).", "",
              "| shape | local | raw | RoPE off | flash | cuDNN | local / flash | local / cuDNN | "
              "RoPE overhead local / raw |", "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
@@ -120,9 +117,6 @@ def prefill_markdown(rows, meta):
                      f"{fmt(r.get('rope_overhead_raw'), '{:+.1%}')} |")
     lines += variant_table(rows, "The mma.sync kernel forced (PrefillKernel::kMmaSync), same run:",
                            "local_mma", "rope_off_mma", "mma")
-    lines += variant_table(rows, "Hopper kernel forced by name (PrefillKernel::kWgmma: before it "
-                           "became the default; since 2026-11-30 its two-warpgroup form), same "
-                           "run:", "local_wgmma", "rope_off_wgmma", "wgmma")
     return "\n".join(lines) + "\n"
 
 
@@ -219,9 +213,6 @@ def plot_prefill(rows, path, meta):
     if any("local_mma" in r["ours_tflops"] for r in rows):
         series.insert(1, ("ours local, mma.sync", [r["ours_tflops"].get("local_mma") or 0
                                                     for r in rows]))
-    if any("local_wgmma" in r["ours_tflops"] for r in rows):
-        series.insert(1, ("ours local, wgmma", [r["ours_tflops"].get("local_wgmma") or 0
-                                                 for r in rows]))
     bars(path, [r["shape"] for r in rows], series, "TFLOP/s",
          f"Prefill on {meta['device']}, Llama-3-8B heads, bf16, page 16 ({meta['date']})",
          figsize=(8, 4.5))

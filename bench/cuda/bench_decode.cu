@@ -18,10 +18,7 @@
 // shapes (r: the rag layout); LAZYATTN_BENCH_SPLITS=N forces N splits per request;
 // LAZYATTN_BENCH_SHUFFLE_PAGES=1 permutes the plan's pages over the pool;
 // LAZYATTN_BENCH_ROTARY=interleaved (GPT-J pairs) or partial (rotary over half the head dims,
-// partial_rotary_factor 0.5) changes the RoPE layout of every mode; in a build with
-// LAZYATTN_DECODE_TIMELINE defined, LAZYATTN_BENCH_TIMELINE=FILE appends, per benchmark, when each
-// CTA of four back-to-back calls started, saw its first tile, ended its loop, wrote its output and
-// left (%globaltimer, microseconds from the first call's first CTA).
+// partial_rotary_factor 0.5) changes the RoPE layout of every mode.
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -30,7 +27,6 @@
 #include <memory>
 #include <numeric>
 #include <random>
-#include <set>
 #include <string>
 #include <vector>
 
@@ -51,7 +47,7 @@ struct Shape {
   bool rag;     // 5 x 2048 documents at shuffled starts instead of one document
 };
 
-enum class Mode { kLocal, kRaw, kRopeOff, kReencode, kLocalTma, kRopeOffTma, kLocalNoPdl };
+enum class Mode { kLocal, kRaw, kRopeOff, kReencode, kLocalNoPdl };
 
 const char* name(Mode m) {
   switch (m) {
@@ -59,8 +55,6 @@ const char* name(Mode m) {
     case Mode::kRaw: return "raw";
     case Mode::kRopeOff: return "rope_off";
     case Mode::kReencode: return "reencode";
-    case Mode::kLocalTma: return "local_tma";      // experimental TMA loader
-    case Mode::kRopeOffTma: return "rope_off_tma";
     case Mode::kLocalNoPdl: return "local_no_pdl";  // DecodeArgs::pdl = false
   }
   return "?";
@@ -169,18 +163,16 @@ std::unique_ptr<Setup> build(const Shape& shape) {
   cuda::ScheduleOptions opt;
   // LAZYATTN_BENCH_SPLITS=N forces N splits per request (for studying the split heuristic).
   if (const char* f = std::getenv("LAZYATTN_BENCH_SPLITS")) opt.forced_splits = std::atoi(f);
-  opt.num_sms = cuda::device_sm_count();
-  opt.ctas_per_sm = cuda::decode_ctas_per_sm(DType::kBFloat16, kHeadDim);
-  cuda::DecodeSchedule sched = cuda::make_decode_schedule(plan, kKvHeads, opt);
+  const AttentionParams params{kQoHeads, kKvHeads, kHeadDim};
+  cuda::DecodeSchedule sched = cuda::decode_schedule(plan, params, DType::kBFloat16, opt);
   s->splits = sched.max_splits;
   s->plan_local.upload(plan, sched);
   Plan raw = plan;
   std::fill(raw.segment_form.begin(), raw.segment_form.end(),
             static_cast<std::uint8_t>(StorageForm::kRaw));
-  // The raw plan needs its own schedule: the tile records carry each segment's storage form.
-  // (Before commit 936416b the raw plan was uploaded with the local plan's schedule, so "raw"
-  // ran the local-form path; DevicePlan::upload now refuses such a pair.)
-  s->plan_raw.upload(raw, cuda::make_decode_schedule(raw, kKvHeads, opt));
+  // The raw plan needs its own schedule: the tile records carry each segment's storage form
+  // (DevicePlan::upload refuses a plan with another plan's schedule).
+  s->plan_raw.upload(raw, cuda::decode_schedule(raw, params, DType::kBFloat16, opt));
 
   // Block-Attention's per-request copy: every document segment into its own fresh pages.
   cuda::ReencodeJob job;
@@ -216,8 +208,7 @@ Setup& setup_for(const Shape& shape) {
   return *current;
 }
 
-void run_once(Setup& s, Mode mode, int layer, cudaStream_t stream,
-              unsigned long long* timeline = nullptr) {
+void run_once(Setup& s, Mode mode, int layer, cudaStream_t stream) {
   if (mode == Mode::kReencode) {
     s.reencode.run(*s.pool, layer, *s.rope, stream);
     return;
@@ -231,57 +222,13 @@ void run_once(Setup& s, Mode mode, int layer, cudaStream_t stream,
   a.params.num_qo_heads = kQoHeads;
   a.params.num_kv_heads = kKvHeads;
   a.params.head_dim = kHeadDim;
-  a.rope = mode != Mode::kRopeOff && mode != Mode::kRopeOffTma;
-  a.tma = mode == Mode::kLocalTma || mode == Mode::kRopeOffTma;
+  a.rope = mode != Mode::kRopeOff;
   a.pdl = mode != Mode::kLocalNoPdl;
   const cuda::DevicePlan& plan = mode == Mode::kRaw ? s.plan_raw : s.plan_local;
-#ifdef LAZYATTN_DECODE_TIMELINE
-  a.timeline = timeline;
-#else
-  (void)timeline;
-#endif
   cuda::decode(a, *s.pool, plan, *s.rope, s.ws, stream);
 }
 
-#ifdef LAZYATTN_DECODE_TIMELINE
-// Four back-to-back calls with the kernel's timeline on (after the benchmark's first repetition);
-// per call and event, the minimum, median and maximum over CTAs, in microseconds from the first
-// call's first CTA.
-void write_timeline(Setup& s, Mode mode, const std::string& bench_name, cudaStream_t stream) {
-  const char* path = std::getenv("LAZYATTN_BENCH_TIMELINE");
-  if (path == nullptr || mode == Mode::kReencode) return;
-  static std::set<std::string> written;  // once per benchmark, not once per repetition
-  if (!written.insert(bench_name).second) return;
-  constexpr int kCalls = 4, kEv = cuda::kTimelineEvents;
-  const std::int64_t ctas = std::int64_t{s.plan_local.schedule().num_work} * kKvHeads;
-  cuda::DeviceBuffer<unsigned long long> buf(static_cast<std::size_t>(kCalls * ctas * kEv));
-  for (int i = 0; i < kCalls; ++i) run_once(s, mode, i % s.layers, stream, buf.data() + i * ctas * kEv);
-  LAZYATTN_CUDA_CHECK(cudaStreamSynchronize(stream));
-  std::vector<unsigned long long> h(buf.size());
-  LAZYATTN_CUDA_CHECK(cudaMemcpy(h.data(), buf.data(), buf.bytes(), cudaMemcpyDeviceToHost));
-  unsigned long long t0 = ~0ull;
-  for (std::int64_t c = 0; c < ctas; ++c) t0 = std::min(t0, h[c * kEv + cuda::kTlEntry]);
-  std::FILE* f = std::fopen(path, "a");
-  if (f == nullptr) return;
-  std::fprintf(f, "%s  (%lld CTAs per call, %d splits)\n", bench_name.c_str(),
-               static_cast<long long>(ctas), s.splits);
-  const char* names[] = {"entry", "first_tile", "loop_end", "partial", "exit"};
-  for (int i = 0; i < kCalls; ++i) {
-    std::fprintf(f, "  call %d:", i);
-    for (int e = cuda::kTlEntry; e <= cuda::kTlExit; ++e) {
-      std::vector<double> v;
-      for (std::int64_t c = 0; c < ctas; ++c)
-        v.push_back(1e-3 * static_cast<double>(h[(i * ctas + c) * kEv + e] - t0));
-      std::sort(v.begin(), v.end());
-      std::fprintf(f, "  %s %.1f/%.1f/%.1f", names[e], v.front(), v[v.size() / 2], v.back());
-    }
-    std::fprintf(f, "\n");
-  }
-  std::fclose(f);
-}
-#endif
-
-void bench_decode(benchmark::State& state, Shape shape, Mode mode, const std::string& bench_name) {
+void bench_decode(benchmark::State& state, Shape shape, Mode mode) {
   Setup& s = setup_for(shape);
   cudaStream_t stream = nullptr;
   for (int i = 0; i < 3; ++i) run_once(s, mode, i % s.layers, stream);  // warm-up
@@ -302,11 +249,6 @@ void bench_decode(benchmark::State& state, Shape shape, Mode mode, const std::st
   state.counters["context"] = shape.context;
   state.counters["splits"] = s.splits;
   state.counters["ctas_per_sm"] = cuda::decode_ctas_per_sm(DType::kBFloat16, kHeadDim);
-#ifdef LAZYATTN_DECODE_TIMELINE
-  write_timeline(s, mode, bench_name, stream);
-#else
-  (void)bench_name;
-#endif
 }
 
 // LAZYATTN_BENCH_SHAPES="BxL[r],..." (r: the rag layout), or the protocol's shapes.
@@ -342,13 +284,10 @@ int main(int argc, char** argv) {
   for (const Shape& sh : bench_shapes()) {
     std::vector<Mode> modes{Mode::kLocal, Mode::kRaw, Mode::kRopeOff, Mode::kReencode,
                             Mode::kLocalNoPdl};
-#ifdef LAZYATTN_EXPERIMENTAL_TMA
-    modes.insert(modes.end(), {Mode::kLocalTma, Mode::kRopeOffTma});
-#endif
     for (Mode m : modes) {
       std::string n = std::string("decode/B") + std::to_string(sh.batch) + "_L" +
                       std::to_string(sh.context) + (sh.rag ? "_rag" : "_single") + "/" + name(m);
-      benchmark::RegisterBenchmark(n.c_str(), bench_decode, sh, m, n)
+      benchmark::RegisterBenchmark(n.c_str(), bench_decode, sh, m)
           ->UseManualTime()
           ->Unit(benchmark::kMicrosecond)
           ->Iterations(30)

@@ -8,8 +8,7 @@
 //   modes        local (documents and tail in local form), raw (keys rotated in the kernel), and
 //                rope_off (pre-rotated keys and queries), each with the kernel PrefillKernel::kAuto
 //                picks (the label names it: wgmma_ws for local and rope_off, mma_sync for raw);
-//                local_mma and rope_off_mma force the mma.sync kernel, local_wgmma and
-//                rope_off_wgmma the wgmma kernel's two-warpgroup form
+//                local_mma and rope_off_mma force the mma.sync kernel
 //   splits       automatic key-range splits (a workspace is passed); LAZYATTN_BENCH_PREFILL_SPLITS=N
 //                forces N
 #include <benchmark/benchmark.h>
@@ -39,9 +38,8 @@ struct Shape {
   int tail_len;      // the request's own tokens, all of them queries
 };
 
-// *Mma: the mma.sync kernel forced (kAuto takes the wgmma kernel for these shapes' local form);
-// *Wgmma: the two-warpgroup form of the wgmma kernel forced (kAuto takes the warp-specialised one).
-enum class Mode { kLocal, kRaw, kRopeOff, kLocalMma, kRopeOffMma, kLocalWgmma, kRopeOffWgmma };
+// *Mma: the mma.sync kernel forced (kAuto takes the wgmma kernel for these shapes' local form).
+enum class Mode { kLocal, kRaw, kRopeOff, kLocalMma, kRopeOffMma };
 
 const char* name(Mode m) {
   switch (m) {
@@ -50,8 +48,6 @@ const char* name(Mode m) {
     case Mode::kRopeOff: return "rope_off";
     case Mode::kLocalMma: return "local_mma";
     case Mode::kRopeOffMma: return "rope_off_mma";
-    case Mode::kLocalWgmma: return "local_wgmma";
-    case Mode::kRopeOffWgmma: return "rope_off_wgmma";
   }
   return "?";
 }
@@ -104,11 +100,11 @@ std::unique_ptr<Setup> build(const Shape& sh) {
   s->store->reserve(tail, sh.tail_len);
   RequestLayout layout = layouts::back_to_back(*s->store, docs, tail, sh.tail_len);
   Plan plan = make_plan(*s->store, layout);
-  s->plan_local.upload(plan, cuda::make_prefill_schedule(plan, kKvHeads, kQoHeads / kKvHeads));
+  s->plan_local.upload(plan, cuda::prefill_schedule(plan, {kQoHeads, kKvHeads, kHeadDim}));
   Plan raw = plan;
   std::fill(raw.segment_form.begin(), raw.segment_form.end(),
             static_cast<std::uint8_t>(StorageForm::kRaw));
-  s->plan_raw.upload(raw, cuda::make_prefill_schedule(raw, kKvHeads, kQoHeads / kKvHeads));
+  s->plan_raw.upload(raw, cuda::prefill_schedule(raw, {kQoHeads, kKvHeads, kHeadDim}));
   std::size_t q_elems = static_cast<std::size_t>(sh.tail_len) * kQoHeads * kHeadDim;
   s->q = cuda::DeviceBuffer<__nv_bfloat16>(q_elems);
   s->o = cuda::DeviceBuffer<__nv_bfloat16>(q_elems);
@@ -139,10 +135,9 @@ void bench_prefill(benchmark::State& state, Shape sh, Mode mode) {
   a.params.num_qo_heads = kQoHeads;
   a.params.num_kv_heads = kKvHeads;
   a.params.head_dim = kHeadDim;
-  a.rope = mode != Mode::kRopeOff && mode != Mode::kRopeOffMma && mode != Mode::kRopeOffWgmma;
-  a.kernel = mode == Mode::kLocalMma || mode == Mode::kRopeOffMma       ? cuda::PrefillKernel::kMmaSync
-             : mode == Mode::kLocalWgmma || mode == Mode::kRopeOffWgmma ? cuda::PrefillKernel::kWgmma
-                                                                          : cuda::PrefillKernel::kAuto;
+  a.rope = mode != Mode::kRopeOff && mode != Mode::kRopeOffMma;
+  a.kernel = mode == Mode::kLocalMma || mode == Mode::kRopeOffMma ? cuda::PrefillKernel::kMmaSync
+                                                                  : cuda::PrefillKernel::kAuto;
   const cuda::DevicePlan& plan = mode == Mode::kRaw ? s.plan_raw : s.plan_local;
   state.SetLabel(cuda::to_string(cuda::resolve_prefill_kernel(a, plan, *s.rope)));
   if (const char* e = std::getenv("LAZYATTN_BENCH_PREFILL_SPLITS")) a.kv_splits = std::atoi(e);
@@ -162,9 +157,8 @@ int main(int argc, char** argv) {
   std::vector<Shape> shapes{{"rag_tail", 16, 512, 512}, {"encode_4096", 0, 0, 4096},
                             {"encode_16384", 0, 0, 16384}};
   for (const Shape& sh : shapes) {
-    const std::vector<Mode> modes{Mode::kLocal,       Mode::kRaw,          Mode::kRopeOff,
-                                  Mode::kLocalMma,    Mode::kRopeOffMma,   Mode::kLocalWgmma,
-                                  Mode::kRopeOffWgmma};
+    const std::vector<Mode> modes{Mode::kLocal, Mode::kRaw, Mode::kRopeOff, Mode::kLocalMma,
+                                  Mode::kRopeOffMma};
     for (Mode m : modes) {
       std::string n = "prefill/" + sh.name + "/" + name(m);
       benchmark::RegisterBenchmark(n.c_str(), bench_prefill, sh, m)

@@ -1,4 +1,5 @@
-// Umbrella header for lazyattn's CUDA side: device pool and plans, page writes, decode, baselines.
+// Umbrella header for lazyattn's CUDA side: device pool and plans, page writes, decode and
+// prefill, what the kernels support, baselines.
 #pragma once
 
 #include "lazyattn/cuda/common.cuh"
@@ -14,3 +15,4 @@
 #include "lazyattn/cuda/reencode.cuh"
 #include "lazyattn/cuda/rope.cuh"
 #include "lazyattn/cuda/schedule.hpp"
+#include "lazyattn/cuda/support.hpp"

@@ -62,7 +62,6 @@ struct DeviceScenario {
   int prefill_kv_splits = 0;  // cuda::PrefillArgs::kv_splits
 
   bool use_prefill = false;
-  bool tma = false;  // cuda::DecodeArgs::tma (experimental TMA loader)
   bool pdl = true;   // cuda::DecodeArgs::pdl (the default)
   bool query_rotated = false;  // cuda::DecodeArgs / PrefillArgs::query_rotated
   bool inputs_scaled = false;  // ... ::inputs_scaled
@@ -78,14 +77,11 @@ struct DeviceScenario {
     pool.upload_pages(*s.store, all);
     rope.prepare(s.plan);
     if (use_prefill) {
-      schedule = cuda::make_prefill_schedule(s.plan, s.spec.num_kv_heads,
-                                             s.spec.num_qo_heads / s.spec.num_kv_heads);
+      schedule = cuda::prefill_schedule(s.plan, s.spec.params());
     } else {
       cuda::ScheduleOptions opt;
-      opt.num_sms = cuda::device_sm_count();
-      opt.ctas_per_sm = cuda::decode_ctas_per_sm(s.spec.dtype, s.spec.head_dim);
       opt.forced_splits = forced_splits;
-      schedule = cuda::make_decode_schedule(s.plan, s.spec.num_kv_heads, opt);
+      schedule = cuda::decode_schedule(s.plan, s.spec.params(), s.spec.dtype, opt);
     }
     plan.upload(s.plan, schedule);
     std::vector<float> qr = rounded_queries(s);
@@ -108,7 +104,6 @@ struct DeviceScenario {
     a.layer = sc.spec.layer;
     a.params = sc.spec.params();
     a.rope = rope_on;
-    a.tma = tma;
     a.pdl = pdl;
     a.query_rotated = query_rotated;
     a.inputs_scaled = inputs_scaled;

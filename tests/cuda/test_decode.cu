@@ -72,34 +72,27 @@ void check_decode(const ScenarioSpec& spec) {
   const gpu::ErrorBars bars = gpu::eager_error_bars(sc, 0, ref.out, ref.lse);
   REQUIRE(bars.eager_unwritten == 0);
   const double eager_out_err = bars.out, eager_lse_err = bars.lse;
-#ifdef LAZYATTN_EXPERIMENTAL_TMA
-  for (bool tma : {false, true}) {
-#else
-  for (bool tma : {false}) {
-#endif
-    for (int splits : {0, 1, 2, 3, 7}) {
-      INFO("forced splits " << splits << " (0: heuristic), TMA loader " << tma);
-      gpu::DeviceScenario ds(sc, splits);
-      ds.tma = tma;
-      gpu::GpuResult got = ds.deferred();
-      CHECK(got.unwritten == 0);
-      std::string out_report =
-          gpu::check_error_rule(got.out, ref.out, eager_out_err, 1e-3 * scale + 1e-5);
-      INFO(out_report);
-      CHECK(out_report.empty());
-      std::string lse_report = gpu::check_error_rule(got.lse, ref.lse, eager_lse_err, 1e-3);
-      INFO(lse_report);
-      CHECK(lse_report.empty());
-      if (splits == 0 || splits == 3) {  // queries rotated at their own positions
-        gpu::GpuResult rot = ds.deferred_rotated();
-        CHECK(rot.unwritten == 0);
-        std::string r1 = gpu::check_error_rule(rot.out, ref.out, eager_out_err, 1e-3 * scale + 1e-5);
-        INFO("query_rotated: " << r1);
-        CHECK(r1.empty());
-        std::string r2 = gpu::check_error_rule(rot.lse, ref.lse, eager_lse_err, 1e-3);
-        INFO("query_rotated: " << r2);
-        CHECK(r2.empty());
-      }
+  for (int splits : {0, 1, 2, 3, 7}) {
+    INFO("forced splits " << splits << " (0: heuristic)");
+    gpu::DeviceScenario ds(sc, splits);
+    gpu::GpuResult got = ds.deferred();
+    CHECK(got.unwritten == 0);
+    std::string out_report =
+        gpu::check_error_rule(got.out, ref.out, eager_out_err, 1e-3 * scale + 1e-5);
+    INFO(out_report);
+    CHECK(out_report.empty());
+    std::string lse_report = gpu::check_error_rule(got.lse, ref.lse, eager_lse_err, 1e-3);
+    INFO(lse_report);
+    CHECK(lse_report.empty());
+    if (splits == 0 || splits == 3) {  // queries rotated at their own positions
+      gpu::GpuResult rot = ds.deferred_rotated();
+      CHECK(rot.unwritten == 0);
+      std::string r1 = gpu::check_error_rule(rot.out, ref.out, eager_out_err, 1e-3 * scale + 1e-5);
+      INFO("query_rotated: " << r1);
+      CHECK(r1.empty());
+      std::string r2 = gpu::check_error_rule(rot.lse, ref.lse, eager_lse_err, 1e-3);
+      INFO("query_rotated: " << r2);
+      CHECK(r2.empty());
     }
   }
 }
@@ -194,15 +187,9 @@ TEST_CASE("decode over a long context splits and merges correctly", "[cuda][deco
     gpu::GpuResult eager = eager_ds.eager();
     double e_out = gpu::max_abs_error(eager.out, ref.out);
     double e_lse = gpu::max_abs_error(eager.lse, ref.lse);
-#ifdef LAZYATTN_EXPERIMENTAL_TMA
-    for (bool tma : {false, true})
-#else
-    for (bool tma : {false})
-#endif
     for (int splits : {0, 1, 16, 64}) {
-      INFO("splits " << splits << ", TMA loader " << tma);
+      INFO("splits " << splits);
       gpu::DeviceScenario ds(sc, splits);
-      ds.tma = tma;
       gpu::GpuResult got = ds.deferred();
       CHECK(got.unwritten == 0);
       auto r1 = gpu::check_error_rule(got.out, ref.out, e_out, 1e-3 * gpu::max_abs(ref.out));
@@ -404,6 +391,16 @@ TEST_CASE("decode rejects bad input naming the value", "[cuda][decode][errors]")
     a.params.logits_soft_cap = 30.0;
     CHECK_THROWS_WITH(cuda::decode(a, ds.pool, ds.plan, ds.rope, ds.ws),
                       Catch::Contains("logits_soft_cap 30"));
+  }
+  {
+    // A plan uploaded for the prefill (its query tiles, one split per request) is refused.
+    cuda::PrefillArgs pa;
+    pa.params = sc.spec.params();
+    cuda::DevicePlan for_prefill;
+    cuda::upload_for_prefill(for_prefill, sc.plan, pa);
+    CHECK_THROWS_WITH(cuda::decode(args, ds.pool, for_prefill, ds.rope, ds.ws),
+                      Catch::Contains("prefill schedule") &&
+                          Catch::Contains("upload_for_decode"));
   }
   {
     // Raw-form keys are rotated by their offsets in a 64-key tile: a 16-row offset table is

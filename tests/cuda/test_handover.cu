@@ -9,7 +9,7 @@
 // barriers (the kernel's form since 22186ca).
 // Every variant is race-free. compute-sanitizer racecheck (H200, CUDA 13) reports one WAR
 // hazard on each variant whose readers pass a named barrier first, and none on the others
-// (bench/results/2026-11-30-h200-prefill-trim/README.md): it loses the CTA barrier's order
+// (bench/results/2026-11-30-h200-prefill-trim on branch results-archive): it loses the CTA barrier's order
 // after a named barrier. Those three carry [racecheck_reports]; scripts/gpu-check leaves them
 // out of its racecheck run, which must stay clean.
 #include "support/catch.hpp"
@@ -19,7 +19,7 @@
 
 #include "lazyattn/cuda/common.cuh"
 #include "lazyattn/cuda/ptx.cuh"
-#include "lazyattn/cuda/tma.cuh"
+#include "lazyattn/cuda/mbarrier.cuh"
 
 namespace {
 

@@ -88,10 +88,7 @@ void check_prefill(const test::ref::Scenario& sc) {
   // 3-way split of every key range (most of these small scenarios get one split automatically,
   // so 3 exercises the merge).
   std::vector<cuda::PrefillKernel> kernels{cuda::PrefillKernel::kMmaSync};
-  if (wgmma_applies(spec)) {
-    kernels.push_back(cuda::PrefillKernel::kWgmma);
-    kernels.push_back(cuda::PrefillKernel::kWgmmaWs);
-  }
+  if (wgmma_applies(spec)) kernels.push_back(cuda::PrefillKernel::kWgmmaWs);
   for (cuda::PrefillKernel kernel : kernels) {
     ds.prefill_kernel = kernel;
     for (int splits : {0, 1, 3}) {
@@ -254,7 +251,7 @@ TEST_CASE("chunked prefill equals one-shot prefill", "[cuda][prefill]") {
     r.segments = {Segment::document(doc, doc_len, 7), Segment::of_tail(tail, tail_len, 7 + doc_len)};
     Plan plan = make_plan(store, r);
     cuda::DevicePlan dp;
-    dp.upload(plan, cuda::make_prefill_schedule(plan, Hk, Hq / Hk));
+    dp.upload(plan, cuda::prefill_schedule(plan, AttentionParams{Hq, Hk, D}));
     const std::size_t n = static_cast<std::size_t>(nq * Hq * D);
     cuda::DeviceBuffer<bfloat16> dq(n), dout(n);
     dq.upload(std::span<const bfloat16>(qb.data() + first_query * Hq * D, n));
@@ -335,7 +332,7 @@ TEST_CASE("document encoding on the device matches the reference's", "[cuda][pre
       r.segments = {Segment::of_tail(tail, n, 0)};
       Plan plan = make_plan(store, r);
       cuda::DevicePlan dp;
-      dp.upload(plan, cuda::make_prefill_schedule(plan, Hk, Hq / Hk));
+      dp.upload(plan, cuda::prefill_schedule(plan, AttentionParams{Hq, Hk, D}));
       cuda::DeviceBuffer<float> dlse(ref_lse.size());
       // kAuto (the warp-specialised wgmma kernel for local form, the mma.sync one for raw), then
       // the mma.sync kernel forced.
@@ -372,7 +369,7 @@ TEST_CASE("document encoding on the device matches the reference's", "[cuda][pre
   }
 }
 
-TEST_CASE("prefill's kernel choice: kAuto takes wgmma_ws where it applies, kWgmma names the misfit",
+TEST_CASE("prefill's kernel choice: kAuto takes wgmma_ws where it applies, kWgmmaWs names the misfit",
           "[cuda][prefill][errors]") {
   const int Hq = 8, Hk = 2, P = 16;
   // A store of head dim D with one document in `form`, its plan uploaded for prefill, and the
@@ -396,7 +393,7 @@ TEST_CASE("prefill's kernel choice: kAuto takes wgmma_ws where it applies, kWgmm
     r.num_queries = 5;
     Plan plan = make_plan(store, r);
     cuda::DevicePlan dp;
-    dp.upload(plan, cuda::make_prefill_schedule(plan, Hk, Hq / Hk));
+    dp.upload(plan, cuda::prefill_schedule(plan, AttentionParams{Hq, Hk, D}));
     cuda::DeviceRope drope(rope);
     cuda::PrefillArgs a;
     a.params = AttentionParams{Hq, Hk, D};
@@ -412,17 +409,14 @@ TEST_CASE("prefill's kernel choice: kAuto takes wgmma_ws where it applies, kWgmm
   d64.head_dim = 64;
   using K = cuda::PrefillKernel;
   CHECK(choose(128, StorageForm::kLocal, full, K::kAuto, true) == K::kWgmmaWs);
-  CHECK(choose(128, StorageForm::kLocal, full, K::kWgmma, true) == K::kWgmma);
   CHECK(choose(128, StorageForm::kLocal, full, K::kMmaSync, true) == K::kMmaSync);
   CHECK(choose(128, StorageForm::kRaw, full, K::kAuto, true) == K::kMmaSync);
   CHECK(choose(128, StorageForm::kLocal, partial, K::kAuto, true) == K::kMmaSync);
   CHECK(choose(128, StorageForm::kLocal, partial, K::kAuto, false) == K::kWgmmaWs);  // RoPE off
   CHECK(choose(64, StorageForm::kLocal, d64, K::kAuto, true) == K::kMmaSync);
-  CHECK_THROWS_WITH(choose(128, StorageForm::kRaw, full, K::kWgmma, true),
-                    Catch::Contains("raw-form segments"));
-  CHECK_THROWS_WITH(choose(128, StorageForm::kLocal, partial, K::kWgmma, true),
+  CHECK_THROWS_WITH(choose(128, StorageForm::kLocal, partial, K::kWgmmaWs, true),
                     Catch::Contains("rotary_dim 64"));
-  CHECK_THROWS_WITH(choose(64, StorageForm::kLocal, d64, K::kWgmma, true),
+  CHECK_THROWS_WITH(choose(64, StorageForm::kLocal, d64, K::kWgmmaWs, true),
                     Catch::Contains("head_dim 64"));
   CHECK(choose(128, StorageForm::kLocal, full, K::kWgmmaWs, true) == K::kWgmmaWs);
   CHECK(choose(128, StorageForm::kLocal, partial, K::kWgmmaWs, false) == K::kWgmmaWs);
@@ -430,4 +424,7 @@ TEST_CASE("prefill's kernel choice: kAuto takes wgmma_ws where it applies, kWgmm
                     Catch::Contains("kernel = wgmma_ws, but the plan has raw-form segments"));
   CHECK_THROWS_WITH(choose(128, StorageForm::kLocal, full, static_cast<K>(7), true),
                     Catch::Contains("kernel 7"));
+  // 2, the retired two-warpgroup Hopper kernel, is no kernel now.
+  CHECK_THROWS_WITH(choose(128, StorageForm::kLocal, full, static_cast<K>(2), true),
+                    Catch::Contains("kernel 2"));
 }

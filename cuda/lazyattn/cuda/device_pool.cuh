@@ -8,7 +8,6 @@
 #include <vector>
 
 #include "lazyattn/cuda/common.cuh"
-#include "lazyattn/cuda/tma.cuh"
 #include "lazyattn/kv/store.hpp"
 
 namespace lazyattn::cuda {
@@ -81,26 +80,6 @@ class DevicePool {
   void* v_layer(int layer) { return v_base_ + layer_offset_bytes(layer); }
   const void* k_layer(int layer) const { return k_base_ + layer_offset_bytes(layer); }
   const void* v_layer(int layer) const { return v_base_ + layer_offset_bytes(layer); }
-
-  // EXPERIMENTAL (the decode's TMA loader): tensor maps over the whole K and V pools, rows of
-  // head_dim elements, boxes of min(page_size, 64) rows; built on first use. 16-bit pools only.
-  struct TensorMaps {
-    CUtensorMap k{};
-    CUtensorMap v{};
-    int box_rows = 0;
-  };
-  const TensorMaps& tensor_maps() const {
-    if (!maps_) {
-      const std::int64_t rows = geometry_.elements() / geometry_.head_dim;
-      const int box = config_.page_size < 64 ? config_.page_size : 64;
-      auto m = std::make_unique<TensorMaps>();
-      m->k = make_kv_tensor_map(k_base_, config_.dtype, rows, geometry_.head_dim, box);
-      m->v = make_kv_tensor_map(v_base_, config_.dtype, rows, geometry_.head_dim, box);
-      m->box_rows = box;
-      maps_ = std::move(m);
-    }
-    return *maps_;
-  }
 
   // Fills every page of both pools with hashed uniform values (benchmarks: no host traffic).
   void fill_uniform(std::uint64_t seed, cudaStream_t stream = nullptr) {
@@ -201,7 +180,6 @@ class DevicePool {
   DeviceBuffer<std::byte> v_;
   std::byte* k_base_ = nullptr;
   std::byte* v_base_ = nullptr;
-  mutable std::unique_ptr<TensorMaps> maps_;  // built by tensor_maps() on first use
 };
 
 }  // namespace lazyattn::cuda

@@ -4,14 +4,15 @@
 #include <cuda.h>
 #include <cuda_runtime.h>
 
+#include <cstddef>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "lazyattn/cuda/common.cuh"
+#include "lazyattn/cuda/support.hpp"
 
 namespace lazyattn::cuda {
-
-inline const char* supported_head_dims() { return "64, 128, 256"; }
 
 namespace detail {
 
@@ -76,17 +77,18 @@ void prepare_kernel(Kernel kernel, int smem_bytes) {
   else if (context != 0) done.push_back({fn, context, smem_bytes});
 }
 
-// Calls f(std::integral_constant<int, D>{}) for a supported head dim, or throws naming it.
-template <class F>
+// Calls f(std::integral_constant<int, D>{}) for a head dim of kSupportedHeadDims, or throws
+// naming it.
+template <std::size_t I = 0, class F>
 void dispatch_head_dim(int head_dim, const char* where, F&& f) {
-  switch (head_dim) {
-    case 64: f(std::integral_constant<int, 64>{}); return;
-    case 128: f(std::integral_constant<int, 128>{}); return;
-    case 256: f(std::integral_constant<int, 256>{}); return;
-    default: break;
+  if constexpr (I == kSupportedHeadDims.size()) {
+    ::lazyattn::detail::throw_error(where, ": head_dim ", head_dim, ", expected one of ",
+                                    supported_head_dims());
+  } else if (head_dim == kSupportedHeadDims[I]) {
+    f(std::integral_constant<int, kSupportedHeadDims[I]>{});
+  } else {
+    dispatch_head_dim<I + 1>(head_dim, where, std::forward<F>(f));
   }
-  ::lazyattn::detail::throw_error(where, ": head_dim ", head_dim, ", expected one of ",
-                      supported_head_dims());
 }
 
 }  // namespace lazyattn::cuda

@@ -1,8 +1,8 @@
 // Hopper warpgroup MMA (wgmma) building blocks: shared-memory matrix descriptors for the layouts
 // the TMA's 128-byte swizzle writes, the fence / commit / wait protocol, and m64n64k16 with A from
 // shared memory or from registers, and m64n128k16. Used by the Hopper prefill
-// (PrefillKernel::kWgmma, the default where it applies); tests/cuda/test_wgmma.cu
-// ([cuda][hopper]) checks each form against a CPU product (all pass on the H200, 2026-11-29).
+// (prefill/wgmma_ws.cuh); tests/cuda/test_wgmma.cu ([cuda][hopper]) checks each form against a
+// CPU product.
 //
 // Layouts (16-bit elements, tiles at 1024-byte boundaries):
 //   K-major operand (A [M][K] or B [N][K], K contiguous), as the TMA writes a [rows][D] tile in
@@ -123,5 +123,13 @@ __device__ __forceinline__ void wgmma_rs_m64n128k16(float (&d)[64], const std::u
 #undef LAZYATTN_WGMMA_OUT32
 #undef LAZYATTN_WGMMA_D64
 #undef LAZYATTN_WGMMA_D32
+
+// Keeps the compiler from moving reads or writes of registers an in-flight wgmma owns across
+// the issue and the wait (empty asm statements, ordered with the wgmma ones).
+template <int N>
+__device__ __forceinline__ void fence_operands(float (&r)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) asm volatile("" : "+f"(r[i])::"memory");
+}
 
 }  // namespace lazyattn::cuda::ptx

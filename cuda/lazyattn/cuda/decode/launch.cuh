@@ -1,0 +1,244 @@
+// The decode's host side: arguments, the split-KV scratch, checks and the launch (cuda::decode),
+// and the occupancy the schedule plans with (decode_ctas_per_sm).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <type_traits>
+
+#include "lazyattn/attention/params.hpp"
+#include "lazyattn/cuda/common.cuh"
+#include "lazyattn/cuda/decode/kernel.cuh"
+#include "lazyattn/cuda/decode/params.cuh"
+#include "lazyattn/cuda/device_plan.cuh"
+#include "lazyattn/cuda/device_pool.cuh"
+#include "lazyattn/cuda/device_rope.cuh"
+#include "lazyattn/cuda/dispatch.cuh"
+#include "lazyattn/cuda/support.hpp"
+
+namespace lazyattn::cuda {
+
+// The split-KV scratch as the kernel reads it, in memory the caller owns: partial_o
+// [num_partials, num_qo_heads, head_dim] and partial_lse [num_partials, num_qo_heads] floats,
+// split_counters [num_requests, num_kv_heads] ints, zero before the first launch (each launch
+// leaves them at zero). Unused (may be null) when the schedule splits no request.
+struct DecodeScratch {
+  float* partial_o = nullptr;
+  float* partial_lse = nullptr;
+  int* split_counters = nullptr;
+};
+
+// Scratch the split-KV path writes partial states into; grows on demand, reused across calls.
+struct DecodeWorkspace {
+  DeviceBuffer<float> partial_o;
+  DeviceBuffer<float> partial_lse;
+  DeviceBuffer<int> split_counters;  // kept at zero by the kernel between launches
+
+  void reserve(std::size_t partials, std::size_t counters, cudaStream_t stream) {
+    partial_o.reserve(partials);
+    if (counters > split_counters.size()) {
+      split_counters = DeviceBuffer<int>(counters);
+      LAZYATTN_CUDA_CHECK(cudaMemsetAsync(split_counters.data(), 0, split_counters.bytes(), stream));
+    }
+  }
+};
+
+struct DecodeArgs {
+  DType dtype = DType::kBFloat16;
+  const void* q = nullptr;  // [num_requests, num_qo_heads, head_dim], dtype
+  void* o = nullptr;        // [num_requests, num_qo_heads, head_dim], dtype
+  float* maybe_lse = nullptr;  // [num_requests, num_qo_heads]
+  int layer = 0;
+  AttentionParams params;
+  bool rope = true;  // false: the RoPE-off baseline (keys and queries pre-rotated by the caller)
+  // true: q is already rotated at its own position (a model's q); the kernel applies R(-s_j) per
+  // local segment and R(-n) per raw key instead of R(m - s_j), R(m - n).
+  bool query_rotated = false;
+  // true: q and the keys carry the schedule's attention factor on their rotary dims already (as a
+  // model's own rotation leaves them: YaRN, LongRoPE), so the query is not scaled by it again.
+  bool inputs_scaled = false;
+  // Programmatic dependent launch (on by default): the kernel may start while the previous kernel
+  // in the stream is still running, and reads the plan, its schedule and the RoPE tables before
+  // that kernel has finished (so that kernel must not write them; DevicePlan::upload's and
+  // DeviceRope's copies are fine: a copy between two kernels orders them as usual); q, the K/V
+  // pools, the workspace and the outputs are touched only after it has completed. false: a
+  // plain launch.
+  bool pdl = true;
+};
+
+// Launches the decode for one layer: every request of the plan has one query, the split-KV
+// scratch is the caller's (sized for the plan's schedule). No host synchronisation; capturable
+// into a CUDA graph.
+inline void decode(const DecodeArgs& args, const DevicePool& pool, const DevicePlan& plan,
+                   const DeviceRope& rope, const DecodeScratch& scratch,
+                   cudaStream_t stream = nullptr) {
+  const char* w = "cuda::decode";
+  const AttentionParams& ap = args.params;
+  ap.check(w);
+  const PoolGeometry& geo = pool.geometry();
+  LAZYATTN_CHECK(ap.num_kv_heads == geo.num_kv_heads, w, ": num_kv_heads ", ap.num_kv_heads,
+                 ", expected the pool's ", geo.num_kv_heads);
+  LAZYATTN_CHECK(ap.head_dim == geo.head_dim, w, ": head_dim ", ap.head_dim,
+                 ", expected the pool's ", geo.head_dim);
+  LAZYATTN_CHECK(args.dtype == pool.dtype(), w, ": dtype ", to_string(args.dtype),
+                 ", expected the pool's ", to_string(pool.dtype()));
+  check_supported(w, args.dtype, ap, /*prefill=*/false);
+  LAZYATTN_CHECK(args.q && args.o, w, ": q and o must be device pointers, got null");
+  LAZYATTN_CHECK(reinterpret_cast<std::uintptr_t>(args.q) % 16 == 0, w,
+                 ": q must be 16-byte aligned (it is read in 16-byte vectors), its address is ",
+                 reinterpret_cast<std::uintptr_t>(args.q) % 16, " mod 16");
+  const PlanView& pv = plan.view();
+  LAZYATTN_CHECK(pv.num_queries == pv.num_requests, w, ": ", pv.num_queries, " queries for ",
+                 pv.num_requests, " requests, expected one query per request");
+  LAZYATTN_CHECK(pv.page_size == geo.page_size, w, ": plan page_size ", pv.page_size,
+                 ", expected the pool's ", geo.page_size);
+  LAZYATTN_CHECK(plan.schedule().tile_keys == detail::kDecodeTileKeys, w, ": schedule tile_keys ",
+                 plan.schedule().tile_keys, ", expected ", detail::kDecodeTileKeys,
+                 " (upload the plan with upload_for_decode)");
+  LAZYATTN_CHECK(plan.schedule().rows_per_qtile == 0, w,
+                 ": the plan was uploaded with a prefill schedule (rows_per_qtile ",
+                 plan.schedule().rows_per_qtile, "), expected a decode one (upload_for_decode)");
+  const RopeView& rv = rope.view();
+  if (args.rope) {
+    rope.check_prepared(pv.num_requests, w);
+    LAZYATTN_CHECK(rope.policy().head_dim() == ap.head_dim, w, ": rope head_dim ",
+                   rope.policy().head_dim(), ", expected ", ap.head_dim);
+    check_supported_rotary(w, rv.rotary_dim, rv.interleaved != 0);
+    LAZYATTN_CHECK(rv.offset_rows >= detail::kDecodeTileKeys, w, ": rope offset table of ",
+                   rv.offset_rows, " rows, expected >= ", detail::kDecodeTileKeys,
+                   " (raw-form keys are rotated by their offsets in a tile; DeviceRope's default)");
+  }
+  const DecodeScheduleView& sv = plan.schedule();
+  if (sv.num_work == 0) return;
+  // The fused merge stages [splits, group] lse values in the pipeline's shared memory (the
+  // smallest pipeline, head dim 64, holds 48 KiB).
+  LAZYATTN_CHECK(static_cast<std::int64_t>(sv.max_splits) * ap.group_size() * 4 + 128 <=
+                     detail::DecodeShape<64>::kPipeBytes,
+                 w, ": ", sv.max_splits, " splits of a GQA group of ", ap.group_size(),
+                 " exceed the merge's shared memory, expected fewer splits");
+  LAZYATTN_CHECK(sv.num_partials == 0 ||
+                     (scratch.partial_o && scratch.partial_lse && scratch.split_counters),
+                 w, ": the schedule splits requests into ", sv.num_partials,
+                 " partial states, but the split-KV scratch is null");
+
+  DecodeParams p;
+  p.q = args.q;
+  p.o = args.o;
+  p.maybe_lse = args.maybe_lse;
+  p.query_rotated = args.query_rotated ? 1 : 0;
+  p.k_pool = pool.k_layer(args.layer);
+  p.v_pool = pool.v_layer(args.layer);
+  p.page_stride = geo.page_stride();
+  p.head_stride = geo.head_stride();
+  p.plan = pv;
+  p.sched = sv;
+  p.rope = rv;
+  if (args.inputs_scaled) p.rope.query_scale = 1.0f;
+  p.partial_o = scratch.partial_o;
+  p.partial_lse = scratch.partial_lse;
+  p.split_counters = scratch.split_counters;
+  p.sm_scale_log2 = static_cast<float>(ap.scale() * 1.4426950408889634);
+  p.num_qo_heads = ap.num_qo_heads;
+  p.num_kv_heads = ap.num_kv_heads;
+  p.group_size = ap.group_size();
+  int log2_page = 0;
+  while ((1 << log2_page) < geo.page_size) ++log2_page;
+  p.page_size_log2 = log2_page;
+
+  dispatch_dtype(args.dtype, [&](auto tag) {
+    using E = decltype(tag);
+    if constexpr (!std::is_same_v<E, float>) {
+      using T = device_type_t<E>;
+      dispatch_head_dim(ap.head_dim, w, [&](auto dc) {
+        constexpr int D = decltype(dc)::value;
+        auto launch = [&](auto kernel, int smem_bytes) {
+          prepare_kernel(kernel, smem_bytes);
+          dim3 grid(static_cast<unsigned>(sv.num_work), static_cast<unsigned>(ap.num_kv_heads));
+          if (args.pdl) {
+            cudaLaunchConfig_t cfg{};
+            cfg.gridDim = grid;
+            cfg.blockDim = dim3(detail::kDecodeThreads);
+            cfg.dynamicSmemBytes = static_cast<std::size_t>(smem_bytes);
+            cfg.stream = stream;
+            cudaLaunchAttribute attr{};
+            attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+            attr.val.programmaticStreamSerializationAllowed = 1;
+            cfg.attrs = &attr;
+            cfg.numAttrs = 1;
+            LAZYATTN_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, p));
+          } else {
+            kernel<<<grid, detail::kDecodeThreads, smem_bytes, stream>>>(p);
+          }
+          LAZYATTN_CUDA_CHECK_LAUNCH();
+        };
+        constexpr int kSmem = detail::DecodeShape<D>::kSmemBytes;
+        if (!args.rope) launch(detail::decode_kernel<T, D, false, false>, kSmem);
+        else if (plan.has_raw_segments()) launch(detail::decode_kernel<T, D, true, true>, kSmem);
+        else launch(detail::decode_kernel<T, D, true, false>, kSmem);
+      });
+    }
+  });
+}
+
+// As above with scratch from a workspace that grows to the plan's schedule (before a graph
+// capture, run once uncaptured so that it has grown).
+inline void decode(const DecodeArgs& args, const DevicePool& pool, const DevicePlan& plan,
+                   const DeviceRope& rope, DecodeWorkspace& ws, cudaStream_t stream = nullptr) {
+  const DecodeScheduleView& sv = plan.schedule();
+  const AttentionParams& ap = args.params;
+  if (sv.num_partials > 0 && sv.num_work > 0) {
+    ap.check("cuda::decode");
+    ws.reserve(static_cast<std::size_t>(sv.num_partials) * ap.num_qo_heads * ap.head_dim,
+               static_cast<std::size_t>(plan.view().num_requests) * ap.num_kv_heads, stream);
+    ws.partial_lse.reserve(static_cast<std::size_t>(sv.num_partials) * ap.num_qo_heads);
+  }
+  decode(args, pool, plan, rope,
+         DecodeScratch{ws.partial_o.data(), ws.partial_lse.data(), ws.split_counters.data()},
+         stream);
+}
+
+// How many decode CTAs fit on one multiprocessor for this element type and head dim (the
+// schedule's ctas_per_sm): asks the occupancy calculator about the RoPE kernel.
+inline int decode_ctas_per_sm(DType dtype, int head_dim) {
+  int blocks = 0;
+  dispatch_dtype(dtype, [&](auto tag) {
+    using E = decltype(tag);
+    if constexpr (!std::is_same_v<E, float>) {
+      using T = device_type_t<E>;
+      dispatch_head_dim(head_dim, "cuda::decode_ctas_per_sm", [&](auto dc) {
+        constexpr int D = decltype(dc)::value;
+        auto kernel = detail::decode_kernel<T, D, true>;
+        prepare_kernel(kernel, detail::DecodeShape<D>::kSmemBytes);
+        LAZYATTN_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+            &blocks, kernel, detail::kDecodeThreads, detail::DecodeShape<D>::kSmemBytes));
+      });
+    }
+  });
+  LAZYATTN_CHECK(blocks >= 1, "cuda::decode_ctas_per_sm: ", to_string(dtype), " head_dim ",
+                 head_dim, " has no resident CTA, expected bfloat16 or float16");
+  return blocks;
+}
+
+// The decode's schedule for `plan` on the current GPU: the split-KV work list sized by its SM
+// count and the decode kernel's occupancy for this element type and head dim. `opt` carries
+// forced or kept splits; its num_sms and ctas_per_sm are this GPU's.
+inline DecodeSchedule decode_schedule(const Plan& plan, const AttentionParams& params, DType dtype,
+                                      ScheduleOptions opt = {}) {
+  const char* w = "cuda::decode_schedule";
+  params.check(w);
+  check_supported(w, dtype, params, /*prefill=*/false);
+  opt.tile_keys = detail::kDecodeTileKeys;
+  opt.num_sms = device_sm_count();
+  opt.ctas_per_sm = decode_ctas_per_sm(dtype, params.head_dim);
+  return make_decode_schedule(plan, params.num_kv_heads, opt);
+}
+
+// Uploads `plan` for cuda::decode with `args`: the plan with the schedule made for this GPU and
+// kernel (decode_schedule).
+inline void upload_for_decode(DevicePlan& device_plan, const Plan& plan, const DecodeArgs& args,
+                              cudaStream_t stream = nullptr) {
+  device_plan.upload(plan, decode_schedule(plan, args.params, args.dtype), stream);
+}
+
+}  // namespace lazyattn::cuda

@@ -1,0 +1,82 @@
+// The decode kernel's parameters and its CTA's shape: four warps over one 64-key tile at a time,
+// the GQA group's query heads as the 16 rows of the MMA's A operand, a ring of K/V stages.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "lazyattn/cuda/device_rope.cuh"
+#include "lazyattn/cuda/kv_tile.cuh"
+#include "lazyattn/cuda/packed_plan.hpp"
+#include "lazyattn/cuda/ptx.cuh"
+#include "lazyattn/cuda/support.hpp"
+
+namespace lazyattn::cuda {
+
+// Plain kernel parameters (passed by value as a __grid_constant__).
+struct DecodeParams {
+  const void* q = nullptr;  // [num_requests, num_qo_heads, head_dim], un-rotated
+  void* o = nullptr;        // [num_requests, num_qo_heads, head_dim]
+  float* maybe_lse = nullptr;  // [num_requests, num_qo_heads], natural log; may be null
+  // 1: q arrives rotated at its own position m (R(m) q, as models rotate it), so the rotations
+  // count from 0: R(m - s) q = R(-s) R(m) q.
+  std::int32_t query_rotated = 0;
+  const void* k_pool = nullptr;  // layer base of the K pool [num_pages, kv_heads, page_size, D]
+  const void* v_pool = nullptr;
+  std::int64_t page_stride = 0;  // elements
+  std::int64_t head_stride = 0;
+  PlanView plan;
+  DecodeScheduleView sched;
+  RopeView rope;
+  float* partial_o = nullptr;    // [num_partials, num_qo_heads, head_dim]
+  float* partial_lse = nullptr;  // [num_partials, num_qo_heads], log2 units
+  int* split_counters = nullptr;  // [num_requests, num_kv_heads], zero between launches
+  float sm_scale_log2 = 0.0f;    // softmax scale * log2(e)
+  std::int32_t num_qo_heads = 0;
+  std::int32_t num_kv_heads = 0;
+  std::int32_t group_size = 0;
+  std::int32_t page_size_log2 = 0;
+};
+
+namespace detail {
+
+// Four consecutive outputs (dst need be aligned only as T: o is the caller's tensor).
+template <class T>
+__device__ __forceinline__ void store4(T* dst, float4 v) {
+  dst[0] = ptx::from_f32<T>(v.x);
+  dst[1] = ptx::from_f32<T>(v.y);
+  dst[2] = ptx::from_f32<T>(v.z);
+  dst[3] = ptx::from_f32<T>(v.w);
+}
+
+inline constexpr int kDecodeWarps = 4;
+inline constexpr int kDecodeThreads = 32 * kDecodeWarps;
+inline constexpr int kDecodeTileKeys = kTileKeys;  // 16 keys per warp
+inline constexpr int kRows = kMaxDecodeGroup;  // query rows of the mma A operand
+
+template <int D>
+struct DecodeShape {
+  static constexpr int kStages = D <= 128 ? 3 : 2;
+  static constexpr int kChunks = D / 8;  // 16-byte chunks per row
+  static constexpr int kKSteps = D / 16;
+  static constexpr int kTileElems = kDecodeTileKeys * D;
+  static constexpr bool kQInRegisters = D <= 128;
+  // Raw form: cos/sin of this thread's two keys' in-tile offsets, per pair it holds (D / 8
+  // each), in registers up to D = 128; at 256 read from the offset table (L1/L2) at each use.
+  static constexpr bool kKeyCsInRegisters = D <= 128;  // (reading them at each use is slower)
+  // Shared memory (bytes): K/V stages (reused to merge the warps), two buffers of the rotated
+  // 16-bit query and two of the cos/sin of a query rotation (the next ones built ahead).
+  static constexpr int kStageBytes = 2 * kTileElems * 2;
+  static constexpr int kMergeBytes = kDecodeWarps * kRows * (D + 4) * 4;
+  static constexpr int kPipeBytes = kStages * kStageBytes > kMergeBytes ? kStages * kStageBytes
+                                                                       : kMergeBytes;
+  static constexpr int kQRotOffset = kPipeBytes;              // [2][kRows][D] 16-bit
+  static constexpr int kCsQueryOffset = kQRotOffset + 2 * kRows * D * 2;  // [2][D / 2] float2
+  static constexpr int kSmemBytes = kCsQueryOffset + 2 * (D / 2) * 8;
+  // Two CTAs per multiprocessor (228 KiB, 1 KiB reserved per CTA) up to D = 128.
+  static_assert(D > 128 || kSmemBytes <= 113 * 1024, "decode: shared memory too large for 2 CTAs/SM");
+};
+
+}  // namespace detail
+}  // namespace lazyattn::cuda

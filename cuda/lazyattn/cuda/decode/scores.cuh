@@ -1,0 +1,170 @@
+// The decode's scores: S = Q K^T of one warp's 16 keys of a tile, for keys stored rotated (local
+// form, or RoPE off) and for raw-form keys, which are rotated in fp32 registers by their offset in
+// the tile on the way from shared memory to the MMA:
+//   <R(m) q, R(n0 + r) k> = <R(m - n0) q, R(r) k>,  r = n - n0 < 64,
+// where the query was rotated by m - n0 for the tile. R(r) is the same for every tile, so each
+// thread keeps the cos/sin of its two keys' offsets (RawKeyAngles) and the loop has no angle work.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "lazyattn/cuda/decode/params.cuh"
+#include "lazyattn/cuda/kv_tile.cuh"
+#include "lazyattn/cuda/ptx.cuh"
+#include "lazyattn/cuda/rope.cuh"
+
+namespace lazyattn::cuda::detail {
+
+// cos/sin of this thread's two keys' offsets in a tile, per rotary pair its B fragments hold:
+// keys r = 16 warp + g and r + 8. Entry e of a key: in the rotate-half layout k-step kk = e / 4
+// of the first half, dims j = 16 kk + 2 t4 + {0, 1, 8, 9} (pairs j, partners j + rotary/2);
+// interleaved, k-step kk = e / 2, pairs 8 kk + t4 + {0, 4}. In registers up to D = 128 (loaded
+// once, before the first tile, their latency hidden under the first tiles'); at 256 read from the
+// offset table (L1/L2) at each use.
+template <int D, bool kLoad>
+struct RawKeyAngles {
+  static constexpr bool kInRegisters = DecodeShape<D>::kKeyCsInRegisters;
+  static constexpr int kEntries = D / 8;
+  const float2* offset_table;  // [offset][pair] of this request's schedule
+  int row, t4, rot_steps, half_steps, rot_half;
+  bool interleaved;
+  float2 reg[kInRegisters ? 2 : 1][kInRegisters ? kEntries : 1] = {};
+
+  __device__ __forceinline__ RawKeyAngles(const float2* table, int warp, int g, int t4_,
+                                          int rotary, bool interleaved_)
+      : offset_table(table), row(warp * 16 + g), t4(t4_), rot_steps(rotary / 16),
+        half_steps(rotary / 32), rot_half(rotary / 2), interleaved(interleaved_) {
+    if constexpr (kLoad && kInRegisters) {
+#pragma unroll
+      for (int key = 0; key < 2; ++key)
+#pragma unroll
+        for (int e = 0; e < kEntries; ++e) reg[key][e] = load(key, e);
+    }
+  }
+  __device__ __forceinline__ float2 load(int key, int e) const {
+    const int r = row + 8 * key;
+    int pair;
+    bool valid;
+    if (interleaved) {
+      pair = 8 * (e >> 1) + t4 + 4 * (e & 1);
+      valid = (e >> 1) < rot_steps;
+    } else {
+      pair = 16 * (e >> 2) + 2 * t4 + (e & 1) + 8 * ((e >> 1) & 1);
+      valid = (e >> 2) < half_steps;
+    }
+    return valid ? __ldg(offset_table + r * rot_half + pair) : make_float2(1.0f, 0.0f);
+  }
+  // key and e compile-time in unrolled loops
+  __device__ __forceinline__ float2 operator()(int key, int e) const {
+    if constexpr (kInRegisters) return reg[key][e];
+    else return load(key, e);
+  }
+};
+
+// S of keys stored rotated: fragment(a, kk) gives k-step kk of the query, load_k(kb, kk) of the
+// keys.
+template <class T, int D, class LoadK, class Fragment>
+__device__ __forceinline__ void scores_rotated(float (&sc)[2][4], LoadK&& load_k,
+                                               Fragment&& fragment) {
+#pragma unroll
+  for (int kk = 0; kk < DecodeShape<D>::kKSteps; ++kk) {
+    std::uint32_t kb[4], a[4];
+    load_k(kb, kk);
+    fragment(a, kk);
+    ptx::mma_16816<T>(sc[0], a, kb[0], kb[1]);
+    ptx::mma_16816<T>(sc[1], a, kb[2], kb[3]);
+  }
+}
+
+// Rotates the pairs (x_reg's halves, y_reg's halves) by c0, c1: dims j, j + 1 of a rotate-half
+// first half and their partners.
+template <class T>
+__device__ __forceinline__ void rotate_half_regs(std::uint32_t& x_reg, std::uint32_t& y_reg,
+                                                 float2 c0, float2 c1) {
+  float2 xv = ptx::unpack2<T>(x_reg), yv = ptx::unpack2<T>(y_reg);
+  rotate_pair(xv.x, yv.x, c0);
+  rotate_pair(xv.y, yv.y, c1);
+  x_reg = ptx::pack2<T>(xv.x, xv.y);
+  y_reg = ptx::pack2<T>(yv.x, yv.y);
+}
+// Rotates the interleaved pair in one register.
+template <class T>
+__device__ __forceinline__ void rotate_interleaved_reg(std::uint32_t& reg, float2 c) {
+  float2 v = ptx::unpack2<T>(reg);
+  rotate_pair(v.x, v.y, c);
+  reg = ptx::pack2<T>(v.x, v.y);
+}
+
+// S of raw-form keys, each rotated by its offset in the tile (`angles`) between ldmatrix and
+// mma: the interleaved layout in place; rotate-half with every dim rotary, k-step kk's partners
+// in kk + kKSteps / 2; partial rotary dims, partners half_steps further (not a compile-time
+// step: the raw-capable build reads the query fragments from shared memory, so `fragment` takes
+// it).
+template <class T, int D, class Angles, class LoadK, class Fragment>
+__device__ __forceinline__ void scores_raw(float (&sc)[2][4], Angles&& key_cs,
+                                           LoadK&& load_k, Fragment&& fragment, int rotary,
+                                           bool interleaved) {
+  constexpr int kKSteps = DecodeShape<D>::kKSteps;
+  const int rot_steps = rotary / 16;  // k-steps that hold rotary dims
+  const int half_steps = rot_steps / 2;
+  if (interleaved) {
+#pragma unroll
+    for (int kk = 0; kk < kKSteps; ++kk) {
+      std::uint32_t kb[4], a[4];
+      load_k(kb, kk);
+      if (kk < rot_steps) {
+        rotate_interleaved_reg<T>(kb[0], key_cs(0, 2 * kk));
+        rotate_interleaved_reg<T>(kb[1], key_cs(0, 2 * kk + 1));
+        rotate_interleaved_reg<T>(kb[2], key_cs(1, 2 * kk));
+        rotate_interleaved_reg<T>(kb[3], key_cs(1, 2 * kk + 1));
+      }
+      fragment(a, kk);
+      ptx::mma_16816<T>(sc[0], a, kb[0], kb[1]);
+      ptx::mma_16816<T>(sc[1], a, kb[2], kb[3]);
+    }
+  } else if (rotary == D) {
+    constexpr int kH = kKSteps / 2;
+#pragma unroll
+    for (int kk = 0; kk < kH; ++kk) {
+      std::uint32_t kb[4], kp[4], a[4], ap[4];
+      load_k(kb, kk);
+      load_k(kp, kk + kH);
+      rotate_half_regs<T>(kb[0], kp[0], key_cs(0, 4 * kk), key_cs(0, 4 * kk + 1));
+      rotate_half_regs<T>(kb[1], kp[1], key_cs(0, 4 * kk + 2), key_cs(0, 4 * kk + 3));
+      rotate_half_regs<T>(kb[2], kp[2], key_cs(1, 4 * kk), key_cs(1, 4 * kk + 1));
+      rotate_half_regs<T>(kb[3], kp[3], key_cs(1, 4 * kk + 2), key_cs(1, 4 * kk + 3));
+      fragment(a, kk);
+      fragment(ap, kk + kH);
+      ptx::mma_16816<T>(sc[0], a, kb[0], kb[1]);
+      ptx::mma_16816<T>(sc[1], a, kb[2], kb[3]);
+      ptx::mma_16816<T>(sc[0], ap, kp[0], kp[1]);
+      ptx::mma_16816<T>(sc[1], ap, kp[2], kp[3]);
+    }
+  } else {
+#pragma unroll
+    for (int kk = 0; kk < kKSteps; ++kk) {
+      if (kk >= half_steps && kk < rot_steps) continue;  // done with its partner
+      std::uint32_t kb[4], a[4];
+      load_k(kb, kk);
+      if (kk < half_steps) {
+        std::uint32_t kp[4], ap[4];
+        load_k(kp, kk + half_steps);
+        const int e = 4 * (kk < kKSteps / 2 ? kk : 0);  // kk < half_steps <= kKSteps / 2
+        rotate_half_regs<T>(kb[0], kp[0], key_cs(0, e), key_cs(0, e + 1));
+        rotate_half_regs<T>(kb[1], kp[1], key_cs(0, e + 2), key_cs(0, e + 3));
+        rotate_half_regs<T>(kb[2], kp[2], key_cs(1, e), key_cs(1, e + 1));
+        rotate_half_regs<T>(kb[3], kp[3], key_cs(1, e + 2), key_cs(1, e + 3));
+        fragment(ap, kk + half_steps);
+        ptx::mma_16816<T>(sc[0], ap, kp[0], kp[1]);
+        ptx::mma_16816<T>(sc[1], ap, kp[2], kp[3]);
+      }
+      fragment(a, kk);
+      ptx::mma_16816<T>(sc[0], a, kb[0], kb[1]);
+      ptx::mma_16816<T>(sc[1], a, kb[2], kb[3]);
+    }
+  }
+}
+
+}  // namespace lazyattn::cuda::detail

@@ -1,0 +1,303 @@
+// The prefill's host side: arguments, the kernel choice (the Hopper kernel where it applies, the
+// mma.sync kernel otherwise), key-range splits and their scratch, checks, and the launch.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <type_traits>
+
+#include "lazyattn/attention/params.hpp"
+#include "lazyattn/cuda/common.cuh"
+#include "lazyattn/cuda/device_plan.cuh"
+#include "lazyattn/cuda/device_pool.cuh"
+#include "lazyattn/cuda/device_rope.cuh"
+#include "lazyattn/cuda/dispatch.cuh"
+#include "lazyattn/cuda/support.hpp"
+#include "lazyattn/cuda/prefill/merge.cuh"
+#include "lazyattn/cuda/prefill/mma_sync.cuh"
+#include "lazyattn/cuda/prefill/params.cuh"
+#include "lazyattn/cuda/prefill/wgmma_ws.cuh"
+
+namespace lazyattn::cuda {
+
+// Partial outputs of split-KV prefill; grows on demand (size it once before graph capture).
+struct PrefillWorkspace {
+  DeviceBuffer<float> partial_o;
+  DeviceBuffer<float> partial_lse;
+};
+
+// Split-KV scratch in memory the caller owns, with room for `max_splits` splits: partial_o
+// [max_splits][num_queries * num_qo_heads][head_dim] and partial_lse [max_splits][num_queries *
+// num_qo_heads] floats. max_splits 0 (or 1): no splits.
+struct PrefillScratch {
+  float* partial_o = nullptr;
+  float* partial_lse = nullptr;
+  int max_splits = 0;
+};
+
+// The prefill kernels: the FlashAttention-2-style mma.sync kernel (every head dim, form and
+// rotary layout) and the Hopper kernel (warpgroup MMA, a loading warpgroup and two computing
+// ones: head dim 128, local form, rotate-half). Value 2 was a Hopper kernel without the loading
+// warpgroup, retired as slower.
+enum class PrefillKernel : std::uint8_t { kAuto = 0, kMmaSync = 1, kWgmmaWs = 3 };
+
+inline const char* to_string(PrefillKernel k) {
+  switch (k) {
+    case PrefillKernel::kAuto: return "auto";
+    case PrefillKernel::kMmaSync: return "mma_sync";
+    case PrefillKernel::kWgmmaWs: return "wgmma_ws";
+  }
+  return "?";
+}
+
+struct PrefillArgs {
+  DType dtype = DType::kBFloat16;
+  const void* q = nullptr;     // [num_queries, num_qo_heads, head_dim], dtype
+  void* o = nullptr;           // [num_queries, num_qo_heads, head_dim], dtype
+  float* maybe_lse = nullptr;  // [num_queries, num_qo_heads]
+  int layer = 0;
+  AttentionParams params;
+  bool rope = true;  // false: the RoPE-off baseline (queries and keys pre-rotated)
+  // true: each query row is already rotated at its own position (a model's q); the kernels
+  // apply R(-s_j) per local segment and R(-n) per raw key instead of R(m_i - s_j), R(m_i - n).
+  bool query_rotated = false;
+  // true: q and the keys carry the schedule's attention factor on their rotary dims already (a
+  // model's own rotation: YaRN, LongRoPE), so the query is not scaled by it again.
+  bool inputs_scaled = false;
+  // Key-range splits per query tile: 0 picks (enough CTAs to fill the GPU when the query tiles
+  // alone do not), 1 none, N forces N. Splits need a workspace.
+  int kv_splits = 0;
+  // Which kernel: kAuto takes the Hopper kernel (kWgmmaWs) where it applies (head dim 128,
+  // local-form segments only, rotate-half over all head dims or RoPE off) and the mma.sync
+  // kernel otherwise; kWgmmaWs insists (and throws, naming what does not fit), kMmaSync forces
+  // the FlashAttention-2-style kernel.
+  PrefillKernel kernel = PrefillKernel::kAuto;
+};
+
+// Why the wgmma kernel cannot take this prefill, or nullptr when it can.
+inline const char* wgmma_prefill_mismatch(const PrefillArgs& args, const DevicePlan& plan,
+                                          const DeviceRope& rope) {
+  if (args.params.head_dim != 128) return "head_dim is not 128";
+  if (plan.has_raw_segments()) return "the plan has raw-form segments (local form only)";
+  const RopeView& rv = rope.view();
+  if (args.rope && (rv.rotary_dim != 128 || rv.interleaved))
+    return "the rotary dims are not all 128 in the rotate-half layout";
+  return nullptr;
+}
+
+// The prefill's schedule for `plan`: the key tiles of every request and its 128-row query tiles
+// of (query, head-of-group) pairs.
+inline DecodeSchedule prefill_schedule(const Plan& plan, const AttentionParams& params) {
+  const char* w = "cuda::prefill_schedule";
+  params.check(w);
+  LAZYATTN_CHECK(supports_prefill_group(params.group_size()), w, ": GQA group size ",
+                 params.group_size(), ", expected a divisor of ", kPrefillTileRows);
+  return make_prefill_schedule(plan, params.num_kv_heads, params.group_size(), kPrefillTileRows);
+}
+
+// Uploads `plan` for cuda::prefill with `args` (prefill_schedule).
+inline void upload_for_prefill(DevicePlan& device_plan, const Plan& plan, const PrefillArgs& args,
+                               cudaStream_t stream = nullptr) {
+  device_plan.upload(plan, prefill_schedule(plan, args.params), stream);
+}
+
+// The kernel prefill() launches for these arguments (kAuto resolved; throws where kWgmmaWs is
+// asked for and does not apply).
+inline PrefillKernel resolve_prefill_kernel(const PrefillArgs& args, const DevicePlan& plan,
+                                            const DeviceRope& rope) {
+  const char* mismatch = wgmma_prefill_mismatch(args, plan, rope);
+  switch (args.kernel) {
+    case PrefillKernel::kMmaSync:
+      return PrefillKernel::kMmaSync;
+    case PrefillKernel::kWgmmaWs:
+      LAZYATTN_CHECK(!mismatch, "cuda::prefill: kernel = ", to_string(args.kernel), ", but ",
+                     mismatch ? mismatch : "", " (head_dim ", args.params.head_dim,
+                     ", rotary_dim ", rope.view().rotary_dim,
+                     rope.view().interleaved ? " interleaved" : "", ")");
+      return args.kernel;
+    case PrefillKernel::kAuto:
+      return mismatch ? PrefillKernel::kMmaSync : PrefillKernel::kWgmmaWs;
+  }
+  ::lazyattn::detail::throw_error("cuda::prefill: kernel ", static_cast<int>(args.kernel),
+                      ", expected auto (0), mma_sync (1) or wgmma_ws (3)");
+}
+
+// The key-range splits per query tile that kv_splits = 0 picks: enough CTAs for one full wave,
+// each split at least 4 key tiles, at most 16 (the GPU's SM count is read each call).
+inline int prefill_auto_splits(const PrefillArgs& args, const DevicePlan& plan,
+                               const DeviceRope& rope) {
+  const PrefillKernel chosen = resolve_prefill_kernel(args, plan, rope);
+  const bool wgmma = chosen == PrefillKernel::kWgmmaWs;
+  const DecodeScheduleView& sv = plan.schedule();
+  const std::int64_t ctas =
+      std::max<std::int64_t>(1, static_cast<std::int64_t>(sv.num_qtiles) * args.params.num_kv_heads);
+  const std::int64_t capacity =
+      std::int64_t{device_sm_count()} * (args.params.head_dim <= 128 && !wgmma ? 2 : 1);
+  const std::int64_t tiles = sv.num_tiles / std::max(1, plan.view().num_requests);
+  return static_cast<int>(std::clamp<std::int64_t>(std::min(capacity / ctas, tiles / 4), 1, 16));
+}
+
+// Launches the prefill for one layer over a plan uploaded with upload_for_prefill. The K/V of
+// the new tail tokens must already be in their pages (write_tokens). No host synchronisation.
+// Query tiles too few to fill the GPU split their key range (args.kv_splits; automatic splits
+// take at most the scratch's max_splits).
+inline void prefill(const PrefillArgs& args, const DevicePool& pool, const DevicePlan& plan,
+                    const DeviceRope& rope, const PrefillScratch& scratch,
+                    cudaStream_t stream = nullptr) {
+  const char* w = "cuda::prefill";
+  const AttentionParams& ap = args.params;
+  ap.check(w);
+  const PoolGeometry& geo = pool.geometry();
+  LAZYATTN_CHECK(ap.num_kv_heads == geo.num_kv_heads, w, ": num_kv_heads ", ap.num_kv_heads,
+                 ", expected the pool's ", geo.num_kv_heads);
+  LAZYATTN_CHECK(ap.head_dim == geo.head_dim, w, ": head_dim ", ap.head_dim,
+                 ", expected the pool's ", geo.head_dim);
+  LAZYATTN_CHECK(args.dtype == pool.dtype(), w, ": dtype ", to_string(args.dtype),
+                 ", expected the pool's ", to_string(pool.dtype()));
+  check_supported(w, args.dtype, ap, /*prefill=*/true);
+  LAZYATTN_CHECK(args.q && args.o, w, ": q and o must be device pointers, got null");
+  LAZYATTN_CHECK(reinterpret_cast<std::uintptr_t>(args.q) % 16 == 0, w,
+                 ": q must be 16-byte aligned (it is read in 16-byte vectors), its address is ",
+                 reinterpret_cast<std::uintptr_t>(args.q) % 16, " mod 16");
+  LAZYATTN_CHECK(args.kv_splits >= 0 && args.kv_splits <= 64, w, ": kv_splits ", args.kv_splits,
+                 ", expected 0 (automatic) to 64");
+  LAZYATTN_CHECK(args.kv_splits <= 1 || args.kv_splits <= scratch.max_splits, w,
+                 ": kv_splits ", args.kv_splits, " needs scratch for as many splits, got room for ",
+                 scratch.max_splits);
+  LAZYATTN_CHECK(scratch.max_splits <= 1 || (scratch.partial_o && scratch.partial_lse), w,
+                 ": scratch for ", scratch.max_splits, " splits has a null buffer");
+  const PlanView& pv = plan.view();
+  const DecodeScheduleView& sv = plan.schedule();
+  LAZYATTN_CHECK(sv.rows_per_qtile == detail::kPrefillRows, w, ": schedule rows_per_qtile ",
+                 sv.rows_per_qtile, ", expected ", detail::kPrefillRows,
+                 " (upload the plan with upload_for_prefill)");
+  LAZYATTN_CHECK(pv.page_size == geo.page_size, w, ": plan page_size ", pv.page_size,
+                 ", expected the pool's ", geo.page_size);
+  const RopeView& rv = rope.view();
+  if (args.rope) {
+    rope.check_prepared(pv.num_requests, w);
+    LAZYATTN_CHECK(rope.policy().head_dim() == ap.head_dim, w, ": rope head_dim ",
+                   rope.policy().head_dim(), ", expected ", ap.head_dim);
+    check_supported_rotary(w, rv.rotary_dim, rv.interleaved != 0);
+    LAZYATTN_CHECK(rv.offset_rows >= 16, w, ": rope offset table of ", rv.offset_rows,
+                   " rows, expected >= 16 (DeviceRope's offset_rows)");
+  }
+  if (sv.num_qtiles == 0) return;
+
+  PrefillParams p;
+  p.q = args.q;
+  p.o = args.o;
+  p.maybe_lse = args.maybe_lse;
+  p.query_rotated = args.query_rotated ? 1 : 0;
+  p.k_pool = pool.k_layer(args.layer);
+  p.v_pool = pool.v_layer(args.layer);
+  p.page_stride = geo.page_stride();
+  p.head_stride = geo.head_stride();
+  p.plan = pv;
+  p.sched = sv;
+  p.rope = rv;
+  if (args.inputs_scaled) p.rope.query_scale = 1.0f;
+  p.sm_scale_log2 = static_cast<float>(ap.scale() * 1.4426950408889634);
+  p.num_qo_heads = ap.num_qo_heads;
+  p.group_size = ap.group_size();
+  int log2_page = 0;
+  while ((1 << log2_page) < geo.page_size) ++log2_page;
+  p.page_size_log2 = log2_page;
+  const PrefillKernel chosen = resolve_prefill_kernel(args, plan, rope);
+  const bool wgmma = chosen == PrefillKernel::kWgmmaWs;
+  int splits = args.kv_splits;
+  if (splits == 0)
+    splits = scratch.max_splits > 1
+                 ? std::min(prefill_auto_splits(args, plan, rope), scratch.max_splits)
+                 : 1;
+  const std::int64_t out_rows = static_cast<std::int64_t>(pv.num_queries) * ap.num_qo_heads;
+  if (splits > 1) {
+    p.kv_splits = splits;
+    p.partial_o = scratch.partial_o;
+    p.partial_lse = scratch.partial_lse;
+  }
+
+  dispatch_dtype(args.dtype, [&](auto tag) {
+    using E = decltype(tag);
+    if constexpr (!std::is_same_v<E, float>) {
+      using T = device_type_t<E>;
+      dispatch_head_dim(ap.head_dim, w, [&](auto dc) {
+        constexpr int D = decltype(dc)::value;
+        using Shape = detail::PrefillShape<D>;
+        auto launch = [&](auto kernel) {
+          prepare_kernel(kernel, Shape::kSmemBytes);
+          dim3 grid(static_cast<unsigned>(sv.num_qtiles), static_cast<unsigned>(ap.num_kv_heads),
+                    static_cast<unsigned>(splits));
+          kernel<<<grid, Shape::kThreads, Shape::kSmemBytes, stream>>>(p);
+          LAZYATTN_CUDA_CHECK_LAUNCH();
+        };
+        bool launched = false;
+        if constexpr (D == 128) {
+          if (wgmma) {
+            constexpr int smem = detail::WgmmaPrefillShape::kSmemBytes;
+            auto launch_wgmma = [&](auto kernel) {
+              prepare_kernel(kernel, smem);
+              dim3 grid(static_cast<unsigned>(sv.num_qtiles * ap.num_kv_heads), 1,
+                        static_cast<unsigned>(splits));
+              kernel<<<grid, detail::kWgmmaWsThreads, smem, stream>>>(p);
+              LAZYATTN_CUDA_CHECK_LAUNCH();
+            };
+            if (args.rope && plan.single_segment_requests())
+              launch_wgmma(detail::prefill_wgmma_kernel<T, true, true>);
+            else if (args.rope) launch_wgmma(detail::prefill_wgmma_kernel<T, true>);
+            else launch_wgmma(detail::prefill_wgmma_kernel<T, false>);
+            launched = true;
+          }
+        }
+        if (!launched) {
+          if (args.rope) launch(detail::prefill_kernel<T, D, true>);
+          else launch(detail::prefill_kernel<T, D, false>);
+        }
+        if (splits > 1) {
+          constexpr int kMergeThreads = 256;
+          const std::int64_t blocks = (out_rows * 32 + kMergeThreads - 1) / kMergeThreads;
+          detail::prefill_merge_kernel<T, D><<<static_cast<unsigned>(blocks), kMergeThreads, 0,
+                                               stream>>>(p.partial_o, p.partial_lse,
+                                                         static_cast<T*>(args.o), args.maybe_lse,
+                                                         out_rows, splits);
+          LAZYATTN_CUDA_CHECK_LAUNCH();
+        }
+      });
+    }
+  });
+}
+
+// With a workspace that grows to the splits (automatic ones or args.kv_splits); null: no
+// key-range splits (kv_splits must be 0 or 1). Before a graph capture, run once uncaptured so
+// that the workspace has grown.
+inline void prefill(const PrefillArgs& args, const DevicePool& pool, const DevicePlan& plan,
+                    const DeviceRope& rope, PrefillWorkspace* ws, cudaStream_t stream = nullptr) {
+  PrefillScratch scratch;
+  PrefillArgs a = args;  // the split count fixed here, so the launch does not choose it again
+  if (ws && args.kv_splits != 1 && plan.schedule().num_qtiles > 0) {
+    args.params.check("cuda::prefill");
+    const int splits = args.kv_splits > 0 ? args.kv_splits : prefill_auto_splits(args, plan, rope);
+    a.kv_splits = splits;
+    if (splits > 1) {
+      const std::int64_t out_rows =
+          static_cast<std::int64_t>(plan.view().num_queries) * args.params.num_qo_heads;
+      ws->partial_o.reserve(static_cast<std::size_t>(splits * out_rows * args.params.head_dim));
+      ws->partial_lse.reserve(static_cast<std::size_t>(splits * out_rows));
+      scratch = PrefillScratch{ws->partial_o.data(), ws->partial_lse.data(), splits};
+    }
+  }
+  LAZYATTN_CHECK(ws || args.kv_splits <= 1, "cuda::prefill: kv_splits ", args.kv_splits,
+                 " needs a PrefillWorkspace, got none");
+  prefill(a, pool, plan, rope, scratch, stream);
+}
+
+// Without a workspace: no key-range splits (kv_splits must be 0 or 1).
+inline void prefill(const PrefillArgs& args, const DevicePool& pool, const DevicePlan& plan,
+                    const DeviceRope& rope, cudaStream_t stream = nullptr) {
+  prefill(args, pool, plan, rope, static_cast<PrefillWorkspace*>(nullptr), stream);
+}
+
+}  // namespace lazyattn::cuda
+

@@ -1,0 +1,77 @@
+// The prefill kernels' parameters and the work of one CTA: which query rows (a 128-row query
+// tile of one request, GQA-packed) and which of the request's key tiles (its share of them under
+// a key-range split; the tail tiles none of its rows sees dropped).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "lazyattn/cuda/device_rope.cuh"
+#include "lazyattn/cuda/kv_tile.cuh"
+#include "lazyattn/cuda/packed_plan.hpp"
+#include "lazyattn/cuda/schedule.hpp"
+#include "lazyattn/cuda/support.hpp"
+
+namespace lazyattn::cuda {
+
+struct PrefillParams {
+  const void* q = nullptr;     // [num_queries, num_qo_heads, head_dim], un-rotated
+  void* o = nullptr;           // [num_queries, num_qo_heads, head_dim]
+  float* maybe_lse = nullptr;  // [num_queries, num_qo_heads], natural log; may be null
+  // 1: each query row arrives rotated at its own position m_i (a model's q), so every row's
+  // rotation counts from 0 rather than from m_i: R(m_i - s) q = R(-s) R(m_i) q.
+  std::int32_t query_rotated = 0;
+  const void* k_pool = nullptr;
+  const void* v_pool = nullptr;
+  std::int64_t page_stride = 0;
+  std::int64_t head_stride = 0;
+  PlanView plan;
+  DecodeScheduleView sched;
+  RopeView rope;
+  float sm_scale_log2 = 0.0f;
+  std::int32_t num_qo_heads = 0;
+  std::int32_t group_size = 0;
+  std::int32_t page_size_log2 = 0;
+  // Split-KV (kv_splits > 1): each CTA (blockIdx.z = split) writes its normalised fp32 output
+  // and log2-sum-exp to [split][query * num_qo_heads + head], merged by prefill_merge_kernel.
+  std::int32_t kv_splits = 1;
+  float* partial_o = nullptr;    // [kv_splits][num_queries * num_qo_heads][head_dim]
+  float* partial_lse = nullptr;  // [kv_splits][num_queries * num_qo_heads], log2 units
+};
+
+namespace detail {
+
+inline constexpr int kPrefillRows = kPrefillRowsPerQtile;
+static_assert(kPrefillRows == kPrefillTileRows, "the schedule's query tiles are the kernels'");
+
+// The end of the key tiles a query tile reads: the request's, less the tail tiles wholly past its
+// last visible tail key. Those exist only when the tail is the request's last segment; then its
+// tiles close the request's run at keys 0, 64, 128, ... (make_prefill_schedule), so their count
+// follows from the last record alone: one load (dropping them one record at a time is a chain of
+// dependent loads before every CTA's first tile, up to 63 at encode 4096).
+__device__ __forceinline__ int visible_tile_end(const TileInfo* tiles, int tile_begin,
+                                                int tile_end, int max_visible_tail) {
+  if (tile_end <= tile_begin) return tile_end;
+  const TileInfo last = tiles[tile_end - 1];
+  if (!last.is_tail || last.key0 <= max_visible_tail) return tile_end;
+  return tile_end - (last.key0 / kTileKeys - max_visible_tail / kTileKeys);
+}
+
+// The key tiles a CTA of request b reads, [tile_begin, tile_end): one work item per request spans
+// all its tiles; the tail tiles none of the CTA's rows sees are dropped (visible_tile_end), and
+// split blockIdx.z takes its share of the rest.
+__device__ __forceinline__ void cta_tile_range(const PrefillParams& p, int b, int max_visible_tail,
+                                               int& tile_begin, int& tile_end) {
+  tile_begin = p.sched.work_tile_begin[b];
+  tile_end =
+      visible_tile_end(p.sched.tiles, tile_begin, p.sched.work_tile_end[b], max_visible_tail);
+  if (p.kv_splits > 1) {
+    const int n = tile_end - tile_begin, z = blockIdx.z;
+    tile_end = tile_begin + static_cast<int>(static_cast<std::int64_t>(n) * (z + 1) / p.kv_splits);
+    tile_begin += static_cast<int>(static_cast<std::int64_t>(n) * z / p.kv_splits);
+  }
+}
+
+}  // namespace detail
+}  // namespace lazyattn::cuda

@@ -1,0 +1,138 @@
+// The Hopper prefill's query side: its shared-memory layout (WgmmaPrefillShape) and the
+// rotation of each thread's query elements into wgmma's A fragments, once per CTA (R(m) q into
+// fp32, or straight to R(m - s) q for a CTA within one segment), from exact per-position angle
+// tables combined with a table of offsets 0..15.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "lazyattn/cuda/kv_tile.cuh"
+#include "lazyattn/cuda/prefill/params.cuh"
+#include "lazyattn/cuda/ptx.cuh"
+#include "lazyattn/cuda/rope.cuh"
+
+namespace lazyattn::cuda::detail {
+
+// Threads of the two computing warpgroups (each owns 64 of the CTA's 128 query rows), the K/V
+// ring's stages, and the whole CTA with the loading warpgroup.
+inline constexpr int kWgmmaPrefillThreads = 256;
+inline constexpr int kWgmmaStages = 4;
+inline constexpr int kWgmmaWsThreads = kWgmmaPrefillThreads + 128;
+
+struct WgmmaPrefillShape {
+  static constexpr int D = 128;
+  static constexpr int kTileBytes = kTileKeys * D * 2;      // 16 KiB
+  static constexpr int kStages = 0;                         // [stage][K, V] tiles
+  // Until the prologue has read them, the raw query tile (blocked layout, 32 KiB) lies in the
+  // last ring stage and the query's cos/sin tables in the one before (the K/V stream fills
+  // those two after the prologue).
+  static constexpr int kQRaw = kStages + (kWgmmaStages - 1) * 2 * kTileBytes;
+  // [8][64] float2: R(m_first + 16a), in the V slot of the stage before
+  static constexpr int kCsQ = kStages + (kWgmmaStages - 2) * 2 * kTileBytes + kTileBytes;
+  static constexpr int kCsOff = kCsQ + 8 * (D / 2) * 8;     // [16][64] float2: R(0 .. 15)
+  // [32][kWgmmaPrefillThreads] float2: thread t's query elements R(m) q at [i][t] (64 KiB)
+  static constexpr int kQPre = kStages + kWgmmaStages * 2 * kTileBytes;
+  // [8][kWgmmaPrefillThreads] uint4: thread t's A fragments of k-step kk at [kk][t] (32 KiB)
+  static constexpr int kQFrag = kQPre + 32 * kWgmmaPrefillThreads * 8;
+  // [wg][64] float2: R(-s) for the segment being built
+  static constexpr int kCsSeg = kQFrag + 8 * kWgmmaPrefillThreads * 16;
+  static constexpr int kTurns = kCsSeg + 2 * (D / 2) * 8;   // [64] Q0.64 angles per position
+  // mbarriers full[stage] (the loading warpgroup's copies landed) and empty[stage] (both
+  // computing warpgroups are done with the stage), after everything else.
+  static constexpr int kBars = kTurns + (D / 2) * 8;
+  static constexpr int kSmemBytes = kBars + 2 * kWgmmaStages * 8;
+  static_assert(kCsOff + 16 * (D / 2) * 8 <= kQRaw, "the cos/sin tables fit their V slot");
+  static_assert(kPrefillRows * D * 2 == 2 * kTileBytes, "the raw query fills one ring stage");
+};
+
+// The wgmma kernel's raw query (blocked_swizzle layout in shared memory, head dim 128): the
+// pairs at dims col, col + 1 and col + 64, col + 65 of `row`, in fp32.
+template <class T>
+__device__ __forceinline__ void wgmma_query_pairs(const T* q_raw, int row, int col, float2& x,
+                                                  float2& y) {
+  constexpr int D = 128;
+  const T* x_at = q_raw + blocked_swizzle<D, kPrefillRows>(row, col >> 3) + (col & 7);
+  const T* y_at = q_raw + blocked_swizzle<D, kPrefillRows>(row, (col + D / 2) >> 3) + (col & 7);
+  x = ptx::unpack2<T>(*reinterpret_cast<const std::uint32_t*>(x_at));
+  y = ptx::unpack2<T>(*reinterpret_cast<const std::uint32_t*>(y_at));
+}
+
+// Index of this thread's q_pre entry for A fragment (kk, r): dims col, col + 1 (hi = 0) or
+// col + 64, col + 65 (hi = 1), col = 16 kk + 2 t4 + 8 (r / 2).
+__device__ __forceinline__ int wgmma_q_pre_index(int kk, int r, int hi, int tid) {
+  return (2 * (4 * kk + r) + hi) * kWgmmaPrefillThreads + tid;
+}
+
+// A-fragment entry (kk, r) of the thread owning rows row_a, row_a + 8 (queries ia, ib) and
+// columns 16 kk + 2 t4 + {0, 1, 8, 9}: the raw pairs (col, col + 64) and (col + 1, col + 65) times
+// `scale`, rotated in fp32 by their query's angle, the coarse table at 16 (i / 16) combined with
+// the offset table at i % 16 (x: dims col, col + 1; y: dims col + 64, col + 65).
+template <class T>
+__device__ __forceinline__ void wgmma_rotated_query_pairs(const T* q_raw, const float2* cs_q,
+                                                          const float2* cs_off, int row_a, int ia,
+                                                          int ib, int t4, int kk, int r,
+                                                          float scale, float2& x, float2& y) {
+  constexpr int kHalf = 64;
+  const int col = 16 * kk + 2 * t4 + 8 * (r >> 1);
+  wgmma_query_pairs(q_raw, row_a + 8 * (r & 1), col, x, y);
+  x.x *= scale, x.y *= scale, y.x *= scale, y.y *= scale;
+  const int i = (r & 1) ? ib : ia;
+  const float2* coarse = cs_q + (i >> 4) * kHalf + col;
+  const float2* fine = cs_off + (i & 15) * kHalf + col;
+  rotate_pair(x.x, y.x, combine_angles(coarse[0], fine[0]));
+  rotate_pair(x.y, y.y, combine_angles(coarse[1], fine[1]));
+}
+
+// The wgmma kernel's prologue rotation, out of line: R(m) q * scale into q_pre, the angle of
+// query row i (= row / G) from the coarse table at 16 (i / 16) combined with the offset table at
+// i % 16. Thread `tid` owns rows row_a and row_a + 8 and the A-fragment columns
+// 16 kk + 2 t4 + {0, 1, 8, 9} (+ 64), stored at wgmma_q_pre_index.
+// __noinline__: ptxas allocates its registers apart from the kernel's (inlined, this code moves
+// the schedule of the RoPE build's tile loop, which then runs slower). The segment rebuild stays
+// inline: it runs at every segment change, where a call costs more than it saves.
+template <class T>
+__device__ __noinline__ void wgmma_rotate_query(const T* q_raw, float2* q_pre, const float2* cs_q,
+                                                const float2* cs_off, int row_a, int G, int t4,
+                                                int tid, float q_scale) {
+  constexpr int D = 128;
+  const int ia = row_a / G, ib = (row_a + 8) / G;
+#pragma unroll
+  for (int kk = 0; kk < D / 32; ++kk) {
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      float2 x, y;
+      wgmma_rotated_query_pairs(q_raw, cs_q, cs_off, row_a, ia, ib, t4, kk, r, q_scale, x, y);
+      q_pre[wgmma_q_pre_index(kk, r, 0, tid)] = x;
+      q_pre[wgmma_q_pre_index(kk, r, 1, tid)] = y;
+    }
+  }
+}
+
+// The one-segment prologue's rotation, out of line (as wgmma_rotate_query, whose tables it
+// reads): R(m - s) q, the scale folded into the coarse table, rounded once into the A fragments
+// of this thread (q_frag[kk][tid] as store_fragments lays them out), for a CTA whose keys all lie
+// in one segment: no fp32 R(m) q and no build pass.
+template <class T>
+__device__ __noinline__ void wgmma_rotate_query_frag(const T* q_raw, uint4* q_frag,
+                                                     const float2* cs_q, const float2* cs_off,
+                                                     int row_a, int G, int t4, int tid) {
+  constexpr int D = 128;
+  const int ia = row_a / G, ib = (row_a + 8) / G;
+#pragma unroll
+  for (int kk = 0; kk < D / 32; ++kk) {
+    std::uint32_t lo[4], hi[4];
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      float2 x, y;  // the scale is in cs_q (x 1.0f folds away)
+      wgmma_rotated_query_pairs(q_raw, cs_q, cs_off, row_a, ia, ib, t4, kk, r, 1.0f, x, y);
+      lo[r] = ptx::pack2<T>(x.x, x.y);
+      hi[r] = ptx::pack2<T>(y.x, y.y);
+    }
+    q_frag[kk * kWgmmaPrefillThreads + tid] = make_uint4(lo[0], lo[1], lo[2], lo[3]);
+    q_frag[(kk + D / 32) * kWgmmaPrefillThreads + tid] = make_uint4(hi[0], hi[1], hi[2], hi[3]);
+  }
+}
+
+}  // namespace lazyattn::cuda::detail

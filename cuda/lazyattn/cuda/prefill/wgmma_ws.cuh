@@ -1,0 +1,501 @@
+// The Hopper prefill (sm_90a): warpgroup MMA, FlashAttention-3's warp specialisation and
+// ping-pong, for head dim 128, 16-bit, local-form segments with rotate-half rotary dims over the
+// whole head (or RoPE off); everything else runs on the mma.sync kernel (prefill/mma_sync.cuh).
+// One CTA takes 128 query rows (GQA-packed) of one request and one KV head.
+//  - Loading: warpgroup 2 (24 registers; the others take 240 with setmaxnreg) streams the K/V
+//    tiles through a ring of kWgmmaStages stages with cp.async (page-table gather) in the
+//    blocked 128-byte-swizzle layout wgmma's descriptors read, and signals each stage on an
+//    mbarrier (full); the computing warps release a stage on another (empty) once both its
+//    wgmmas are done.
+//  - Query: wgmma's A operand comes from registers. Once per CTA each thread rotates its own
+//    query elements to their absolute positions m (R(m) q, scaled, fp32) into shared memory; a
+//    segment starting at s then needs R(m - s) q = R(-s) (R(m) q): one cos/sin per rotary pair,
+//    the same for every row, and one rounding to 16 bits. A new segment's query is built
+//    between the loops over two segments' tiles (no wgmma in flight), so the loop over a
+//    segment's tiles has no RoPE code. kOneSeg (the launcher picks it when every request has at
+//    most one segment: document encodings, chunks of a tail without documents) rotates the
+//    query once, straight to R(m - s), and compiles the rebuild out.
+//  - Overlap inside a warpgroup: S(j) and P(j-1) V(j-1) are issued back to back; tile j's
+//    softmax runs under P V; O is rescaled after the wait.
+//  - Overlap between the computing warpgroups: they take turns issuing their wgmmas (two named
+//    barriers), so one's softmax runs under the other's tensor-core work.
+// kRope = false is the RoPE-off baseline (pre-rotated queries and keys).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+#include <type_traits>
+
+#include "lazyattn/cuda/kv_tile.cuh"
+#include "lazyattn/cuda/mbarrier.cuh"
+#include "lazyattn/cuda/prefill/io.cuh"
+#include "lazyattn/cuda/prefill/params.cuh"
+#include "lazyattn/cuda/prefill/wgmma_query.cuh"
+#include "lazyattn/cuda/ptx.cuh"
+#include "lazyattn/cuda/rope.cuh"
+#include "lazyattn/cuda/softmax.cuh"
+#include "lazyattn/cuda/wgmma.cuh"
+
+namespace lazyattn::cuda::detail {
+
+template <class T, bool kRope, bool kOneSeg = false>
+__global__ void __launch_bounds__(kWgmmaWsThreads, 1)
+    prefill_wgmma_kernel(const __grid_constant__ PrefillParams p) {
+  static_assert(!kOneSeg || kRope, "the one-segment form rotates its query once");
+  using Shape = WgmmaPrefillShape;
+  constexpr int D = Shape::D;
+  constexpr int kThreads = kWgmmaPrefillThreads;
+  constexpr int S = kWgmmaStages;
+  constexpr int KSteps = D / 16;
+  constexpr int kHalf = D / 2;  // rotary pairs (rotary_dim == D here)
+  extern __shared__ __align__(1024) unsigned char smem[];
+  if ((ptx::smem_addr(smem) & 1023u) != 0) __trap();  // the swizzle keys on address bits
+  T* q_raw = reinterpret_cast<T*>(smem + Shape::kQRaw);
+  float2* q_pre = reinterpret_cast<float2*>(smem + Shape::kQPre);
+  uint4* q_frag = reinterpret_cast<uint4*>(smem + Shape::kQFrag);
+  float2* cs_seg = reinterpret_cast<float2*>(smem + Shape::kCsSeg);  // [wg][pair]
+  float2* cs_q = reinterpret_cast<float2*>(smem + Shape::kCsQ);      // [8][pair]
+  float2* cs_off = reinterpret_cast<float2*>(smem + Shape::kCsOff);  // [16][pair]
+  std::uint64_t* s_turns = reinterpret_cast<std::uint64_t*>(smem + Shape::kTurns);
+
+  // Heaviest query tiles first (the last ones see the most keys under causal masks), every KV
+  // head of a query tile before the next: the longest-processing-time order over the whole grid.
+  const int num_kv_heads = p.num_qo_heads / p.group_size;
+  const int qtile = p.sched.num_qtiles - 1 - static_cast<int>(blockIdx.x / num_kv_heads);
+  const int kv_head = static_cast<int>(blockIdx.x % num_kv_heads);
+  const int tid = threadIdx.x;
+  const int warp = tid >> 5;
+  const int wg = warp >> 2;
+  const int lane = tid & 31;
+  const int g = lane >> 2;
+  const int t4 = lane & 3;
+  // This thread's two rows of the CTA's 128: warpgroup wg owns 64, its warps 16 each.
+  const int row_a = wg * 64 + (warp & 3) * 16 + g;  // and row_a + 8
+
+  const int b = p.sched.qtile_request[qtile];
+  const int row_begin = p.sched.qtile_row_begin[qtile];
+  const int G = p.group_size;
+  const int q_row0 = p.plan.request_query_indptr[b];
+  const int nq = p.plan.request_query_indptr[b + 1] - q_row0;
+  const int rows_here = min(kPrefillRows, nq * G - row_begin);
+  const int i_first = row_begin / G;
+  // As in prefill_kernel: 0 and no per-row step for queries rotated at their own positions.
+  const std::int64_t m_first = p.query_rotated ? 0 : p.plan.request_query_position[b] + i_first;
+  const int row_step = p.query_rotated ? 0 : 1;
+  const int causal_offset = p.plan.segment_length[p.plan.request_tail_segment[b]] - nq;
+  const int max_visible_tail = causal_offset + (row_begin + rows_here - 1) / G;
+  const int rope_set = p.rope.per_request ? b : 0;
+  const std::uint64_t* turns = p.rope.turns + static_cast<std::int64_t>(rope_set) * kHalf;
+  const float2* offset_cs =
+      p.rope.offset_cs + static_cast<std::int64_t>(rope_set) * p.rope.offset_rows * kHalf;
+
+  int tile_begin, tile_end;
+  cta_tile_range(p, b, max_visible_tail, tile_begin, tile_end);
+
+  // ---- barriers; then warpgroup 2 loads the K/V ring and leaves ------------------------------
+  const std::uint32_t ws_bars = ptx::smem_addr(smem + Shape::kBars);
+  auto full_bar = [&](int stage) { return ws_bars + 8u * static_cast<unsigned>(stage); };
+  auto empty_bar = [&](int stage) { return ws_bars + 8u * static_cast<unsigned>(S + stage); };
+  if (tid == 0) {
+    for (int st = 0; st < S; ++st) {
+      ptx::mbarrier_init(full_bar(st), 128);  // the loading threads' cp.async arrivals
+      ptx::mbarrier_init(empty_bar(st), 8);   // one per computing warp
+    }
+    ptx::fence_barrier_init();
+  }
+  __syncthreads();
+  if (tid >= kThreads) {
+    ptx::setmaxnreg_dec<24>();
+    // Stages 2 and 3 hold the prologue's tables and raw query until the computing warps have
+    // read them: a CTA barrier (here in hand_over before stage 2, there after the prologue)
+    // orders their reads before these writes.
+    const int ltid = tid - kThreads;
+    const int lwarp = ltid >> 5;
+    const T* k_head = static_cast<const T*>(p.k_pool) + kv_head * p.head_stride;
+    const T* v_head = static_cast<const T*>(p.v_pool) + kv_head * p.head_stride;
+    T* stages = reinterpret_cast<T*>(smem + Shape::kStages);
+    const int chunk = lane % (D / 8);      // the 16-byte chunk of a row this thread copies
+    const int row_in = 2 * lwarp + lane / (D / 8);  // its first row; then every 8 rows
+    const int at_row_in = blocked_swizzle<D, kTileKeys>(row_in, chunk);
+    const int slot_mask = (1 << p.page_size_log2) - 1;
+    prefetch_tile_records(p.sched.tiles, tile_begin, tile_end, ltid, 128);
+    // The hand-over: this warpgroup also passes the computing warps' prologue barriers (the
+    // tables' inputs stored; the raw query landed), CTA barriers, then the one that lets it
+    // write stages 2 and 3. With the first two over the computing warps alone (named
+    // barriers), or over the whole CTA with this warpgroup arriving (bar.arrive),
+    // compute-sanitizer racecheck reported the prologue's reads against these writes as WAR
+    // hazards; so it did in the hand-over probe (tests/cuda/test_handover.cu), a race-free
+    // program, whenever its readers passed a named barrier before the CTA barrier.
+    auto hand_over = [&] {
+      if constexpr (kRope && !kOneSeg) __syncthreads();
+      if (tile_begin < tile_end) __syncthreads();
+      __syncthreads();
+    };
+    for (int tile = tile_begin, it = 0; tile < tile_end; ++tile, ++it) {
+      const int stage = it % S;
+      if (it == 2) hand_over();
+      if (it >= S)
+        ptx::mbarrier_wait(empty_bar(stage), static_cast<std::uint32_t>((it / S - 1) & 1));
+      const TileInfo ti = p.sched.tiles[tile];
+      // TileStream::issue's gather without its page id per row (8 registers the loader does
+      // not have): the tile's pages (key0 is a multiple of 64, so at most 64 / page_size of
+      // them), lane j reading page j, the rows taking theirs by shuffle. Written here, not as
+      // a TileStream member or a helper: both compiled with 3x the loader's spills.
+      const int first = ti.page_base + (ti.key0 >> p.page_size_log2);
+      const int npages = ((ti.rows - 1) >> p.page_size_log2) + 1;
+      const int my_page = lane < npages ? p.plan.page_ids[first + lane] : 0;
+      T* ks = stages + stage * 2 * kTileKeys * D;
+      T* vs = ks + kTileKeys * D;
+      // Row r = row_in + 8 i, addressed from this tile's key_r = key0 + row_in: with r or
+      // row_in + 8 i in the loop, ptxas hoisted the seven row numbers out of it and, with 24
+      // registers, spilled lane, at_row_in and a flag (three local loads per tile, RoPE builds).
+      const int key_r = ti.key0 + row_in;
+      const int left = ti.rows - row_in;  // rows of the tile from row_in on
+      const int page0 = ti.key0 >> p.page_size_log2;
+#pragma unroll
+      for (int i = 0; i < kTileKeys / 8; ++i) {
+        const int key = key_r + 8 * i;
+        const bool valid = 8 * i < left;
+        // Past the tile's rows the copy reads 0 bytes (valid false); its address stays in the
+        // pool: one of the tile's pages, or page 0 from a lane past npages.
+        const int page = __shfl_sync(0xffffffffu, my_page, (key >> p.page_size_log2) - page0);
+        const std::int64_t off = static_cast<std::int64_t>(page) * p.page_stride +
+                                 static_cast<std::int64_t>(key & slot_mask) * D + chunk * 8;
+        // Row r's swizzle phase (r % 8) is row_in's, so its offset is row_in's plus 8 i rows,
+        // a constant. Computed per row, ptxas kept eight offsets live across the loop and
+        // spilled them (11 local loads per tile in the RoPE build).
+        const int at = at_row_in + blocked_swizzle<D, kTileKeys>(8 * i, 0);
+        ptx::cp_async_16(ptx::smem_addr(ks + at), k_head + off, valid);
+        ptx::cp_async_16(ptx::smem_addr(vs + at), v_head + off, valid);
+      }
+      ptx::cp_async_mbarrier_arrive_noinc(full_bar(stage));
+    }
+    if (tile_end - tile_begin <= 2) hand_over();  // the loop did not reach it == 2
+    ptx::cp_async_wait<0>();
+    return;
+  }
+  ptx::setmaxnreg_inc<240>();
+
+  // ---- the raw query tile (blocked layout), zero past the request --------------------------
+  load_query_tile<T, D, kThreads>(
+      p, q_raw, tid, q_row0, i_first, rows_here, G, kv_head,
+      [](int r, int chunk) { return blocked_swizzle<D, kPrefillRows>(r, chunk); });
+
+  // K/V ring of S stages (the loading warpgroup fills them; here only the stages' addresses and
+  // the tile records): tile j's iteration reads K(j) and V(j - 1) (P(j - 1) V(j - 1) runs under
+  // tile j's softmax). Until the prologue has read them, the raw query lies in stage 3, the
+  // cos/sin tables in stage 2's V slot.
+  static_assert(S == 4, "the prologue's staging assumes four stages");
+  using Stream = TileStream<T, D, kThreads, S, true>;
+  Stream stream = Stream::for_head(p, kv_head, tile_end, tid,
+                                   reinterpret_cast<T*>(smem + Shape::kStages));
+  ptx::cp_async_commit();  // the raw query's copies (the loading warpgroup streams K/V)
+
+  // cos/sin of -s (segment start s) for every rotary pair, into this warpgroup's buffer (its
+  // first 64 threads; the caller syncs the warpgroup before anyone reads).
+  const int wg_tid = tid % 128;
+  auto compute_seg = [&](std::int64_t seg_start) {
+    if (wg_tid < kHalf) cs_seg[wg * kHalf + wg_tid] = rope_cos_sin(-seg_start, s_turns[wg_tid]);
+  };
+  // Tile records rolled two tiles ahead (cur, next, n2: each read two tiles before it is
+  // needed), only what the softmax needs of a tile (its keys, whether it is the tail's); the
+  // whole record only for the next run's first tile, ti_run (rolling whole records costs more
+  // instructions per tile in the RoPE build than in RoPE off).
+  struct TileKeys {
+    int key0, rows, is_tail;
+  };
+  using Rolled = TileKeys;
+  auto roll = [](const TileInfo& t) { return TileKeys{t.key0, t.rows, t.is_tail}; };
+  auto load_keys = [&](int t) {  // past the end: no keys (as TileStream::info_nb)
+    const TileInfo* r = p.sched.tiles + min(t, tile_end - 1);
+    return TileKeys{r->key0, t < tile_end ? r->rows : 0, r->is_tail};
+  };
+  const TileInfo first = stream.info(tile_begin);
+  TileInfo ti_run = stream.info(tile_begin + 1);
+  Rolled r_cur = roll(first), r_next = roll(ti_run), r_n2;
+  std::int64_t q_seg_start = first.seg_start;  // the segment the query is built for
+  const float q_scale = kRope ? p.sm_scale_log2 * p.rope.query_scale : p.sm_scale_log2;
+  if constexpr (kOneSeg) {
+    // Tables for R(m - s), the scale folded into the coarse one, each thread's angle steps read
+    // from global memory: no barrier before the raw query's (run's first), which orders these
+    // writes before every read (the loader passes one barrier fewer in its hand_over).
+    // (Offset row 0 is the identity: every row of a pre-rotated query takes it.)
+    for (int i = tid; i < 16 * kHalf; i += kThreads)
+      cs_off[i] = offset_cs[row_step ? i : i % kHalf];
+    const int coarse_rows = (kPrefillRows / G + 15) / 16;
+    const std::int64_t base = m_first - first.seg_start;
+    for (int i = tid; i < coarse_rows * kHalf; i += kThreads) {
+      const float2 c = rope_cos_sin(base + 16 * row_step * (i / kHalf), turns[i % kHalf]);
+      cs_q[i] = make_float2(c.x * q_scale, c.y * q_scale);
+    }
+  } else if (kRope) {
+    for (int i = tid; i < 16 * kHalf; i += kThreads)
+      cs_off[i] = offset_cs[row_step ? i : i % kHalf];
+    for (int j = tid; j < kHalf; j += kThreads) s_turns[j] = turns[j];
+    __syncthreads();  // warp-specialised: the loader too (its hand_over)
+    const int coarse_rows = (kPrefillRows / G + 15) / 16;
+    for (int i = tid; i < coarse_rows * kHalf; i += kThreads)
+      cs_q[i] = rope_cos_sin(m_first + 16 * row_step * (i / kHalf), s_turns[i % kHalf]);
+    compute_seg(q_seg_start);  // read after the prologue's barrier
+  }
+
+  // This thread's query elements, as wgmma's A fragments (mma.sync's A layout), held in
+  // registers throughout: k-step kk, [0] (row_a, c..c+1), [1] (row_a + 8, c..), [2] (row_a,
+  // c+8..), [3] (row_a + 8, c+8..), c = 16 kk + 2 t4. Pair (col, col + 64) of fragment (kk, r),
+  // kk < 4, is q_pre entry 2 (4 kk + r) (dims col, col + 1) and 2 (4 kk + r) + 1 (dims col + 64,
+  // col + 65).
+  std::uint32_t qf[KSteps][4];
+  // Prologue (the raw query landed): R(m) q * scale into q_pre (kRope, out of line), or
+  // q * scale into qf; kOneSeg: R(m - s) q * scale into qf, through this thread's q_frag entries
+  // (out of line; its own entries, so no barrier).
+  auto prepare_query = [&] {
+    if constexpr (kOneSeg) {
+      wgmma_rotate_query_frag<T>(q_raw, q_frag, cs_q, cs_off, row_a, G, t4, tid);
+#pragma unroll
+      for (int kk = 0; kk < KSteps; ++kk) {
+        const uint4 f = q_frag[kk * kThreads + tid];
+        qf[kk][0] = f.x, qf[kk][1] = f.y, qf[kk][2] = f.z, qf[kk][3] = f.w;
+      }
+    } else if constexpr (kRope) {
+      wgmma_rotate_query<T>(q_raw, q_pre, cs_q, cs_off, row_a, G, t4, tid, q_scale);
+    } else {
+#pragma unroll
+      for (int kk = 0; kk < KSteps / 2; ++kk) {
+#pragma unroll
+        for (int r = 0; r < 4; ++r) {
+          const int row = row_a + 8 * (r & 1);
+          const int col = 16 * kk + 2 * t4 + 8 * (r >> 1);
+          float2 x, y;
+          wgmma_query_pairs(q_raw, row, col, x, y);
+          qf[kk][r] = ptx::pack2<T>(x.x * q_scale, x.y * q_scale);
+          qf[kk + KSteps / 2][r] = ptx::pack2<T>(y.x * q_scale, y.y * q_scale);
+        }
+      }
+    }
+  };
+  // qf = R(-s) (R(m) q) for the segment whose cos/sin are in this warpgroup's buffer (kRope
+  // only). Reads this thread's own q_pre entries: no barrier with the prologue. The four k-steps
+  // unrolled: a rebuild sits on both warpgroups' paths between two runs, so its latency counts,
+  // not its registers (one k-step at a time is slower on the RAG tail).
+  auto build_query = [&] {
+    const float2* cs = cs_seg + wg * kHalf;
+#pragma unroll
+    for (int kk = 0; kk < KSteps / 2; ++kk) {
+      std::uint32_t lo[4], hi[4];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int col = 16 * kk + 2 * t4 + 8 * h;
+        const float4 c = *reinterpret_cast<const float4*>(cs + col);  // pairs col, col + 1
+#pragma unroll
+        for (int r = 2 * h; r < 2 * h + 2; ++r) {
+          float2 x = q_pre[wgmma_q_pre_index(kk, r, 0, tid)];
+          float2 y = q_pre[wgmma_q_pre_index(kk, r, 1, tid)];
+          rotate_pair(x.x, y.x, make_float2(c.x, c.y));
+          rotate_pair(x.y, y.y, make_float2(c.z, c.w));
+          lo[r] = ptx::pack2<T>(x.x, x.y);
+          hi[r] = ptx::pack2<T>(y.x, y.y);
+        }
+      }
+#pragma unroll
+      for (int r = 0; r < 4; ++r) qf[kk][r] = lo[r], qf[kk + KSteps / 2][r] = hi[r];
+    }
+  };
+  // S = Q K^T for this warpgroup's 64 rows against the tile in ring stage `stage` (issued, not
+  // waited for).
+  auto issue_qk = [&](float (&s)[32], int stage) {
+    const std::uint32_t k_addr = ptx::smem_addr(stream.k_stage(stage));
+    ptx::fence_operands(s);
+    ptx::wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < KSteps; ++kk) {
+      const std::uint32_t kstep = (kk / 4) * (kTileKeys * 128) + (kk % 4) * 32;
+      ptx::wgmma_rs_m64n64k16<T, false>(s, qf[kk], ptx::wgmma_desc(k_addr + kstep, 16, 1024),
+                                        kk > 0);
+    }
+    ptx::wgmma_commit();
+  };
+
+  float o[D / 2];  // m64n128 accumulator: 16 column blocks x 4
+#pragma unroll
+  for (int i = 0; i < D / 2; ++i) o[i] = 0.0f;
+  float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.0f, 0.0f};
+  float s[32];
+  std::uint32_t pa[4][4];  // P of the previous tile, wgmma's A operand for O += P V
+
+  // O += P V for the tile in ring stage `stage` (issued, not waited for).
+  auto issue_pv = [&](int stage) {
+    const std::uint32_t v_addr = ptx::smem_addr(stream.v_stage(stage));
+    ptx::fence_operands(o);
+    ptx::wgmma_fence();
+#pragma unroll
+    for (int kv = 0; kv < 4; ++kv) {
+      const std::uint64_t dv = ptx::wgmma_desc(v_addr + kv * 16 * 128, kTileKeys * 128, 1024);
+      ptx::wgmma_rs_m64n128k16<T, true>(o, pa[kv], dv, 1);
+    }
+    ptx::wgmma_commit();
+  };
+
+  // The last tail key each of this thread's two rows sees, relative to the tail's first key.
+  const int last_visible[2] = {causal_offset + i_first + row_a / G,
+                               causal_offset + i_first + (row_a + 8) / G};
+  [[maybe_unused]] const int first_visible = causal_offset + i_first;  // its first row's: least
+  // Masks S for tile `ti` (keys past its rows; the tail's causal bound), takes the new row maxima
+  // and turns S into P = 2^(S - max) with the row sums; returns the factors that rescale O.
+  // No branches between the wait for S and the exponentials: at a branch ptxas waits for every
+  // wgmma in flight (P V too), and the softmax no longer runs under it (seen in the SASS).
+  // `masked` (compile time): false for a tile every row sees whole (warp-specialised form).
+  auto softmax = [&](const Rolled& ti, float (&scale)[2], auto masked) {
+    if constexpr (decltype(masked)::value) {
+      int bound[2];  // keys [0, bound) of the tile are visible to the row
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+        bound[h] = ti.is_tail ? min(ti.rows, last_visible[h] - ti.key0 + 1) : ti.rows;
+#pragma unroll
+      for (int n = 0; n < 8; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          s[4 * n + e] = 8 * n + 2 * t4 + (e & 1) < bound[e >> 1] ? s[4 * n + e] : -INFINITY;
+    }
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+      scale[h] = online_softmax_row<8, true>(
+          [&](int n, int e) -> float& { return s[4 * n + 2 * h + e]; }, row_max[h], row_sum[h]);
+  };
+  // O *= scale (no wgmma owns O), then P into pa.
+  auto rescale_and_pack = [&](const float (&scale)[2]) {
+#pragma unroll
+    for (int n = 0; n < D / 8; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) o[4 * n + e] *= scale[e >> 1];
+#pragma unroll
+    for (int kv = 0; kv < 4; ++kv)
+#pragma unroll
+      for (int r = 0; r < 4; ++r)
+        pa[kv][r] = ptx::pack2<T>(s[8 * kv + 2 * r], s[8 * kv + 2 * r + 1]);
+  };
+  // Between two tiles of different segments (no wgmma in flight): the query for the segment
+  // starting at `seg_start`. Only here, outside the loop over a segment's tiles, which then has
+  // no RoPE code at all (RoPE code in it slows every tile).
+  auto wg_barrier = [&] {
+    if (wg == 0) ptx::named_barrier_sync<1, 128>();
+    else ptx::named_barrier_sync<2, 128>();
+  };
+  auto rebuild_query = [&](std::int64_t seg_start) {
+    wg_barrier();  // the last build's reads of the buffer are done (warpgroup 0 passes no CTA
+                   // barrier between the prologue's build and the first run)
+    compute_seg(seg_start);
+    wg_barrier();
+    build_query();
+    q_seg_start = seg_start;
+  };
+
+  // ---- the tile loop, ping-pong between the warpgroups ----------------------------------------
+  // Iteration it's stage landed (the loading warpgroup's cp.async writes, seen by this thread's
+  // wgmmas through the async proxy).
+  auto wait_full = [&](int it) {
+    ptx::mbarrier_wait(full_bar(it % S), static_cast<std::uint32_t>((it / S) & 1));
+    ptx::fence_proxy_async_smem();
+  };
+  // Turns: warpgroup w issues after bar.sync 5 + w and hands over with
+  // bar.arrive 6 - w (warpgroup 1 hands warpgroup 0 the first turn; warpgroup 0 takes one extra
+  // turn at the end, so every arrival is waited for). `late`: warpgroup 1, a compile-time
+  // choice (a branch while wgmmas are in flight would make ptxas wait for them there).
+  auto take_turn = [&](auto late) {
+    if constexpr (decltype(late)::value) ptx::named_barrier_sync<6, kThreads>();
+    else ptx::named_barrier_sync<5, kThreads>();
+  };
+  auto pass_turn = [&](auto late) {
+    if constexpr (decltype(late)::value) ptx::named_barrier_arrive<5, kThreads>();
+    else ptx::named_barrier_arrive<6, kThreads>();
+  };
+  auto run = [&](auto late) {
+    constexpr bool kLate = decltype(late)::value;  // warpgroup 1
+    // ---- tile_begin: S, softmax; no P V yet ----------------------------------------------------
+    ptx::cp_async_wait<0>();
+    __syncthreads();  // everyone's raw query landed (the loader passes it in its hand_over)
+    // K(tile_begin) is waited for before the query's rotation, not after: the RoPE builds are
+    // faster so, though the computing warps wait here.
+    wait_full(0);
+    r_n2 = load_keys(tile_begin + 2);
+    prepare_query();  // reads the raw query (stage 3) and the cos/sin tables (stage 2's V slot)
+    __syncthreads();  // with the loader: it may refill stages 2 and 3
+    if (kRope && !kOneSeg) build_query();
+    if constexpr (kLate) pass_turn(late);  // warpgroup 0 goes first
+    take_turn(late);
+    issue_qk(s, 0);
+    pass_turn(late);
+    ptx::wgmma_wait<0>();
+    ptx::fence_operands(s);
+    float scale[2];
+    softmax(r_cur, scale, std::true_type{});
+    rescale_and_pack(scale);
+
+    // Runs of tiles of one segment; between two runs (no wgmma in flight), the next segment's
+    // query. The loop over a run has no RoPE code and counts to a bound known at its start (a
+    // per-tile segment test in the loop is slower per tile).
+    int tile = tile_begin + 1, it = 1;
+    while (tile < tile_end) {
+      int run_end = tile_end;
+      if (kRope && !kOneSeg) {
+        const TileInfo& rec = ti_run;  // tile's
+        const int seg_length = p.plan.segment_length[rec.segment];  // lands during the rebuild
+        if (rec.seg_start != q_seg_start) rebuild_query(rec.seg_start);
+        run_end = min(tile_end, tile + (seg_length - rec.key0 + kTileKeys - 1) / kTileKeys);
+        ti_run = stream.info_nb(run_end);  // lands under this run
+      }
+      // One tile of the run; `masked` as softmax's.
+      auto tile_step = [&](auto masked) {
+        wait_full(it);
+        r_cur = r_next;
+        r_next = r_n2;
+        r_n2 = load_keys(tile + 2);
+        // S(tile) and P(tile - 1) V(tile - 1) back to back; the softmax of S runs under P V.
+        take_turn(late);
+        issue_qk(s, it % S);
+        issue_pv((it - 1) % S);
+        pass_turn(late);
+        ptx::wgmma_wait<1>();
+        ptx::fence_operands(s);
+        softmax(r_cur, scale, masked);
+        ptx::wgmma_wait<0>();
+        ptx::fence_operands(o);
+        // Stage it - 1 (K read by S(tile - 1), V by P V just now) is free for this warp.
+        if (lane == 0) ptx::mbarrier_arrive(empty_bar((it - 1) % S));
+        rescale_and_pack(scale);
+      };
+      // The body without the mask where every row sees the whole tile (faster than one masked
+      // body for every tile).
+      for (; tile < run_end; ++tile, ++it) {
+        // r_next is this tile's (tile_step shifts it into r_cur). The test is the same for the
+        // whole CTA (its first row sees the fewest tail keys), so both warpgroups take the same
+        // body, and nothing is in flight at this branch.
+        const bool whole = r_next.rows == kTileKeys &&
+                           (!r_next.is_tail || r_next.key0 + kTileKeys - 1 <= first_visible);
+        if (whole) tile_step(std::false_type{});
+        else tile_step(std::true_type{});
+      }
+    }
+    issue_pv((tile_end - 1 - tile_begin) % S);  // the last tile's P V
+    ptx::wgmma_wait<0>();
+    ptx::fence_operands(o);
+    if constexpr (!kLate) take_turn(late);  // warpgroup 1's last hand-over
+  };
+  if (tile_begin < tile_end) {
+    if (wg == 0) run(std::false_type{});
+    else run(std::true_type{});
+  } else {
+    __syncthreads();  // no prologue: the loader has nothing to do
+  }
+  ptx::cp_async_wait<0>();
+
+  // ---- outputs -----------------------------------------------------------------------------------
+#pragma unroll
+  for (int h = 0; h < 2; ++h)
+    store_output_row<T, D>(
+        p, [&](int n, int e) { return o[4 * n + 2 * h + e]; }, row_max[h], row_sum[h],
+        row_a + 8 * h, rows_here, row_begin, q_row0, kv_head, G, t4);
+}
+
+}  // namespace lazyattn::cuda::detail
