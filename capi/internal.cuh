@@ -132,28 +132,17 @@ struct lazyattn_rope_t {
 
 struct lazyattn_pool_t {
   int device;
-  lazyattn::KvStoreConfig config;
-  // The page bookkeeping (documents, dedupe, pins, eviction, tails) is the host KvStore's; the
-  // K/V live in the caller's device buffers. The store keeps the page size and page count, which
-  // is all plans read, and shrinks its own element geometry to one head of two bf16 dims per
-  // slot, so its host pool costs 4 bytes a token instead of a copy of the device pool.
-  lazyattn::KvStore pages;
+  lazyattn::KvStoreConfig config;  // pages.config(), the geometry of the caller's K/V pools
+  // The page bookkeeping (documents, dedupe, pins, eviction, tails) of the K/V pools the caller
+  // keeps in device buffers: KvBookkeeping alone, no host copy of the pages.
+  lazyattn::KvBookkeeping pages;
   // Bumped by every call that may change a document's or tail's pages: a plan checks its
   // segments again only when this moved since it last did.
   std::uint64_t epoch = 0;
   int sm_count = 0;     // the device's, read at the first plan
   int ctas_per_sm = 0;  // decode CTAs per SM for the pool's dtype and head dim
 
-  static lazyattn::KvStoreConfig bookkeeping_config(const lazyattn::KvStoreConfig& c) {
-    lazyattn::KvStoreConfig b = c;
-    b.num_layers = 1;
-    b.num_kv_heads = 1;
-    b.head_dim = 2;
-    b.dtype = lazyattn::DType::kBFloat16;
-    return b;
-  }
-  lazyattn_pool_t(int d, const lazyattn::KvStoreConfig& c)
-      : device(d), config(c), pages(bookkeeping_config(c)) {}
+  lazyattn_pool_t(int d, const lazyattn::KvStoreConfig& c) : device(d), config(c), pages(c) {}
 };
 
 // Where a plan's launches find their pieces in the caller's buffers.

@@ -127,14 +127,10 @@ lazyattn_status lazyattn_pool_create(int32_t num_layers, int32_t num_kv_heads, i
     LAZYATTN_CHECK(device >= 0, w, ": device ", device, ", expected a CUDA device index >= 0");
     KvStoreConfig c{num_layers, num_kv_heads, head_dim, page_size, static_cast<DType>(dtype),
                     num_pages};
+    // The bookkeeping checks the geometry (the kernels index it), naming the bad value.
     auto pool = std::make_unique<lazyattn_pool_t>(device, c);
-    // The geometry the kernels index (the bookkeeping store checked the page count and size).
-    PoolGeometry g{num_layers, num_kv_heads, head_dim, page_size, num_pages};
-    LAZYATTN_CHECK(num_layers >= 1 && num_kv_heads >= 1 && head_dim >= 2 && head_dim % 2 == 0 &&
-                       head_dim <= 1024,
-                   w, ": num_layers ", num_layers, ", num_kv_heads ", num_kv_heads, ", head_dim ",
-                   head_dim, ", expected >= 1, >= 1 and an even number <= 1024");
-    const double bytes = static_cast<double>(g.layer_stride()) * num_layers * size_of(c.dtype);
+    const PoolGeometry& g = pool->pages.geometry();
+    const double bytes = static_cast<double>(g.elements()) * size_of(c.dtype);
     LAZYATTN_CHECK(bytes < 4.0e18, w, ": ", bytes, " bytes per pool, expected less than 2^62");
     pools().add(pool.get());
     *out = pool.release();

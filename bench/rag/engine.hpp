@@ -555,7 +555,7 @@ class Engine {
   };
 
   Backend& backend_;
-  KvStore& store_;
+  KvBookkeeping& store_;
   const Workload& w_;
   EngineConfig c_;
   int P_ = 16;

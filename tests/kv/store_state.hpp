@@ -1,6 +1,6 @@
-// Test helper: everything of a KvStore that a failed call must leave alone (statistics, every
-// document's and tail's bookkeeping, the LRU order, every pool byte), and the check that two
-// such snapshots agree.
+// Test helper: everything of a KvStore or a KvBookkeeping that a failed call must leave alone
+// (statistics, every document's and tail's bookkeeping, the LRU order, and a store's every pool
+// byte), and the check that two such snapshots agree.
 #pragma once
 
 #include <cstddef>
@@ -17,17 +17,23 @@ struct Snapshot {
   KvStoreStats stats;
   std::vector<std::optional<DocInfo>> docs;
   std::vector<std::optional<TailInfo>> tails;
-  std::vector<std::byte> k, v;
+  std::vector<std::byte> k, v;  // a KvStore's pools; empty for the bookkeeping alone
 };
 
-inline Snapshot snapshot(const KvStore& s, const std::vector<DocHandle>& docs,
-                  const std::vector<TailHandle>& tails) {
+inline Snapshot snapshot(const KvBookkeeping& s, const std::vector<DocHandle>& docs,
+                         const std::vector<TailHandle>& tails) {
   Snapshot snap;
   snap.stats = s.stats();
   for (DocHandle h : docs)
     snap.docs.push_back(s.is_live(h) ? std::optional(s.info(h)) : std::nullopt);
   for (TailHandle h : tails)
     snap.tails.push_back(s.is_live(h) ? std::optional(s.info(h)) : std::nullopt);
+  return snap;
+}
+
+inline Snapshot snapshot(const KvStore& s, const std::vector<DocHandle>& docs,
+                         const std::vector<TailHandle>& tails) {
+  Snapshot snap = snapshot(static_cast<const KvBookkeeping&>(s), docs, tails);
   std::size_t bytes = static_cast<std::size_t>(s.geometry().elements() * size_of(s.config().dtype));
   snap.k.assign(s.k_bytes(), s.k_bytes() + bytes);
   snap.v.assign(s.v_bytes(), s.v_bytes() + bytes);

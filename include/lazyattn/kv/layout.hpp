@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "lazyattn/error.hpp"
-#include "lazyattn/kv/store.hpp"
+#include "lazyattn/kv/bookkeeping.hpp"
 
 namespace lazyattn {
 
@@ -72,14 +72,15 @@ namespace detail {
 
 // A document's or tail's length, with the helper's name and the item's place prefixed to the
 // store's message when the handle is stale.
-inline std::int64_t length_of(const KvStore& store, DocHandle h, const char* where, std::size_t j) {
+inline std::int64_t length_of(const KvBookkeeping& store, DocHandle h, const char* where,
+                              std::size_t j) {
   try {
     return store.info(h).length;
   } catch (const Error& e) {
     ::lazyattn::detail::throw_error(where, ": document ", j, ": ", e.what());
   }
 }
-inline std::int64_t length_of(const KvStore& store, TailHandle h, const char* where) {
+inline std::int64_t length_of(const KvBookkeeping& store, TailHandle h, const char* where) {
   try {
     return store.info(h).length;
   } catch (const Error& e) {
@@ -96,7 +97,7 @@ inline void check_start(std::int64_t start, const char* where, const char* name)
 // Block-Attention: documents back to back from `first_start`, then the tail. Lengths come from the
 // store; start_j is first_start plus the lengths before j. Positions past 2^62 are make_plan's
 // to refuse; a start here is checked so that the running sum cannot overflow.
-inline RequestLayout back_to_back(const KvStore& store, std::span<const DocHandle> docs,
+inline RequestLayout back_to_back(const KvBookkeeping& store, std::span<const DocHandle> docs,
                                   TailHandle tail, std::int64_t num_queries = 1,
                                   std::int64_t first_start = 0) {
   constexpr const char* w = "layouts::back_to_back";
@@ -116,7 +117,7 @@ inline RequestLayout back_to_back(const KvStore& store, std::span<const DocHandl
 }
 
 // Parallel (APE-style): every document starts at `start`; the tail follows the longest.
-inline RequestLayout parallel(const KvStore& store, std::span<const DocHandle> docs,
+inline RequestLayout parallel(const KvBookkeeping& store, std::span<const DocHandle> docs,
                               TailHandle tail, std::int64_t num_queries = 1,
                               std::int64_t start = 0) {
   constexpr const char* w = "layouts::parallel";
@@ -134,7 +135,7 @@ inline RequestLayout parallel(const KvStore& store, std::span<const DocHandle> d
 }
 
 // Gapped (Prompt Cache-style): document j at starts[j], the tail at tail_start.
-inline RequestLayout gapped(const KvStore& store, std::span<const DocHandle> docs,
+inline RequestLayout gapped(const KvBookkeeping& store, std::span<const DocHandle> docs,
                             std::span<const std::int64_t> starts, TailHandle tail,
                             std::int64_t tail_start, std::int64_t num_queries = 1) {
   constexpr const char* w = "layouts::gapped";

@@ -19,8 +19,9 @@
 #include <vector>
 
 #include "lazyattn/error.hpp"
+#include "lazyattn/kv/bookkeeping.hpp"
 #include "lazyattn/kv/layout.hpp"
-#include "lazyattn/kv/store.hpp"
+#include "lazyattn/kv/store.hpp"  // not used here: includers of plan.hpp have long had KvStore
 
 namespace lazyattn {
 
@@ -94,7 +95,7 @@ namespace detail {
 
 // The store's view of a segment's document or tail; a stale handle's message gains the place.
 template <class Handle>
-auto plan_info(const KvStore& store, Handle h, std::size_t b, std::size_t j) {
+auto plan_info(const KvBookkeeping& store, Handle h, std::size_t b, std::size_t j) {
   try {
     return store.info(h);
   } catch (const Error& e) {
@@ -109,7 +110,7 @@ auto plan_info(const KvStore& store, Handle h, std::size_t b, std::size_t j) {
 // positions stay in [0, kMaxPosition). Pins nothing: the caller keeps its documents pinned while
 // the plan is in use. request_rope_length counts only positions that hold a key, so an empty
 // segment placed far away does not inflate it.
-inline Plan make_plan(const KvStore& store, std::span<const RequestLayout> requests) {
+inline Plan make_plan(const KvBookkeeping& store, std::span<const RequestLayout> requests) {
   constexpr const char* w = "make_plan";
   constexpr auto kMaxI32 = std::numeric_limits<std::int32_t>::max();
   LAZYATTN_CHECK(requests.size() < static_cast<std::size_t>(kMaxI32), w, ": ", requests.size(),
@@ -186,7 +187,7 @@ inline Plan make_plan(const KvStore& store, std::span<const RequestLayout> reque
   return plan;
 }
 
-inline Plan make_plan(const KvStore& store, const RequestLayout& request) {
+inline Plan make_plan(const KvBookkeeping& store, const RequestLayout& request) {
   return make_plan(store, std::span<const RequestLayout>(&request, 1));
 }
 

@@ -12,9 +12,9 @@
 #include <vector>
 
 #include "lazyattn/error.hpp"
+#include "lazyattn/kv/bookkeeping.hpp"
 #include "lazyattn/kv/layout.hpp"
 #include "lazyattn/kv/plan.hpp"
-#include "lazyattn/kv/store.hpp"
 
 namespace lazyattn {
 
@@ -99,7 +99,7 @@ inline void check_plan_arrays(const Plan& plan, const char* where) {
 // forward that writes a document's K and V (documents are encoded as Block-Attention does, from
 // position 0), batched like any prefill. A document allocate()d and not yet committed is
 // accepted: these are the plans that fill it. Records the documents for check_plan_current.
-inline Plan encode_plan(const KvStore& store, std::span<const DocHandle> documents) {
+inline Plan encode_plan(const KvBookkeeping& store, std::span<const DocHandle> documents) {
   constexpr const char* w = "encode_plan";
   LAZYATTN_CHECK(static_cast<std::int64_t>(documents.size()) < detail::kMaxPlanIndex, w, ": ",
                  documents.size(), " documents, expected fewer than 2^31 - 1");

@@ -1,65 +1,34 @@
-// KvStore: the position-free paged KV store. Documents are stored once under a content key, in raw
-// or local form, and shared by every request that places them, at any position; requests append
-// their own tokens to private tails. Host memory; a device mirror reuses the same page ids.
+// KvStore: the position-free paged KV store in host memory. Documents are stored once under a
+// content key, in raw or local form, and shared by every request that places them, at any
+// position; requests append their own tokens to private tails. The bookkeeping (documents, pins,
+// eviction, tails, handles, statistics) is KvBookkeeping's (bookkeeping.hpp); this adds the K and V
+// pools its page ids index, and the calls that copy tokens into them. A device mirror reuses the
+// same page ids.
 //
-// Thread safety: every member function that reads or changes the bookkeeping takes one internal
-// mutex, so any mix of calls from several threads is safe; config(), geometry(), page_bytes(),
-// pages_for() and the pool pointers read only what the constructor fixed and take nothing. Page
+// Thread safety: as KvBookkeeping's; the pool pointers read only what the constructor fixed. Page
 // contents are written only while a page is being filled (insert and append, under the mutex, or
 // the caller between allocate and commit), and a pinned document's pages are never reused, so a
 // thread may read the pages of a committed document it has pinned (or of its own tail) through
-// the pool pointers without holding anything: the pin, taken under the mutex, orders the read
-// after the write.
-//
-// Eviction: least recently used first among unpinned documents. A document is "used" when it is
-// inserted or allocated (also as a dedupe), found, pinned or unpinned, so a document a request
-// held until just now counts as recent, not as old as the call that first pinned it.
+// the pool pointers without holding anything.
 #pragma once
 
-#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
-#include <limits>
 #include <memory>
-#include <mutex>
 #include <new>
-#include <optional>
 #include <ranges>
-#include <set>
 #include <span>
 #include <type_traits>
-#include <unordered_map>
-#include <utility>
 #include <vector>
 
 #include "lazyattn/dtype.hpp"
 #include "lazyattn/error.hpp"
+#include "lazyattn/kv/bookkeeping.hpp"
 #include "lazyattn/kv/doc_key.hpp"
 #include "lazyattn/kv/types.hpp"
 
 namespace lazyattn {
-
-struct DocInfo {
-  DocKey key;
-  StorageForm form = StorageForm::kRaw;
-  std::int64_t length = 0;
-  std::int32_t pins = 0;
-  bool committed = false;
-  std::vector<std::int32_t> pages;  // [ceil(length / page_size)]
-  std::uint64_t last_use = 0;  // the store's clock at its last use: the LRU order of unpinned ones
-};
-
-struct TailInfo {
-  StorageForm form = StorageForm::kLocal;
-  std::int64_t length = 0;
-  std::vector<std::int32_t> pages;  // [ceil(length / page_size)]
-};
-
-struct InsertResult {
-  DocHandle handle;
-  bool inserted = false;  // false: the key was already stored and nothing was copied
-};
 
 // A contiguous range of float, float16 or bfloat16 (std::vector, std::array, std::span...), what
 // insert() and append() accept besides std::span<const T>.
@@ -67,88 +36,17 @@ template <class R>
 concept StorageRange = std::ranges::contiguous_range<R> && std::ranges::sized_range<R> &&
     StorageElement<std::remove_cv_t<std::ranges::range_value_t<R>>>;
 
-class KvStore {
+class KvStore final : public KvBookkeeping {
  public:
   // The K and V pools start on a cache line, so that CPU kernels may use aligned vector loads on
   // head rows (a head's page is page_size * head_dim elements, a multiple of 64 bytes for the
   // usual shapes).
   static constexpr std::size_t kPoolAlignment = 64;
 
-  explicit KvStore(const KvStoreConfig& config) : config_(config) {
-    const char* w = "KvStore";
-    LAZYATTN_CHECK(config.num_layers >= 1, w, ": num_layers ", config.num_layers,
-                   ", expected >= 1");
-    LAZYATTN_CHECK(config.num_kv_heads >= 1, w, ": num_kv_heads ", config.num_kv_heads,
-                   ", expected >= 1");
-    LAZYATTN_CHECK(config.head_dim >= 2 && config.head_dim % 2 == 0 && config.head_dim <= 1024, w,
-                   ": head_dim ", config.head_dim, ", expected an even number in [2, 1024]");
-    LAZYATTN_CHECK(config.page_size >= 1 && config.page_size <= 1024 &&
-                       (config.page_size & (config.page_size - 1)) == 0,
-                   w, ": page_size ", config.page_size, ", expected a power of two in [1, 1024]");
-    LAZYATTN_CHECK(config.num_pages >= 1 && config.num_pages <= std::numeric_limits<int>::max(), w,
-                   ": num_pages ", config.num_pages, ", expected in [1, 2^31 - 1]");
-    LAZYATTN_CHECK(config.dtype == DType::kFloat32 || config.dtype == DType::kFloat16 ||
-                       config.dtype == DType::kBFloat16,
-                   w, ": dtype ", static_cast<int>(config.dtype),
-                   ", expected float32, float16 or bfloat16");
-    geometry_ = PoolGeometry{config.num_layers, config.num_kv_heads, config.head_dim,
-                             config.page_size, config.num_pages};
-    // The product is checked factor by factor: an overflow here would size the pools too small
-    // and every later offset would run past them.
-    std::int64_t bytes = 1;
-    for (std::int64_t f : {std::int64_t{config.num_layers}, config.num_pages,
-                           std::int64_t{config.num_kv_heads}, std::int64_t{config.page_size},
-                           std::int64_t{config.head_dim}, std::int64_t{size_of(config.dtype)}}) {
-      LAZYATTN_CHECK(!__builtin_mul_overflow(bytes, f, &bytes), w, ": a pool of num_layers ",
-                     config.num_layers, " x num_pages ", config.num_pages, " x num_kv_heads ",
-                     config.num_kv_heads, " x page_size ", config.page_size, " x head_dim ",
-                     config.head_dim, " x ", size_of(config.dtype),
-                     " bytes overflows int64, expected fewer pages");
-    }
-    k_ = allocate_pool(static_cast<std::size_t>(bytes), config);
-    v_ = allocate_pool(static_cast<std::size_t>(bytes), config);
-    page_owner_.assign(static_cast<std::size_t>(config.num_pages), kFree);
-    free_pages_.reserve(static_cast<std::size_t>(config.num_pages));
-    // Hand out low page ids first: reversed, so pop_back() yields 0, 1, 2, ...
-    for (std::int64_t p = config.num_pages - 1; p >= 0; --p)
-      free_pages_.push_back(static_cast<std::int32_t>(p));
-  }
-
-  KvStore(const KvStore&) = delete;
-  KvStore& operator=(const KvStore&) = delete;
-
-  const KvStoreConfig& config() const { return config_; }
-  const PoolGeometry& geometry() const { return geometry_; }
-  // Bytes one page holds: K and V, every layer and KV head.
-  std::int64_t page_bytes() const {
-    return 2 * geometry_.page_stride() * geometry_.num_layers * size_of(config_.dtype);
-  }
-  // Pages that `length` tokens occupy: ceil(length / page_size).
-  std::int64_t pages_for(std::int64_t length) const {
-    LAZYATTN_CHECK(length >= 0, "KvStore::pages_for: length ", length, ", expected >= 0");
-    return length / config_.page_size + (length % config_.page_size != 0 ? 1 : 0);
-  }
-
-  // ---- documents ------------------------------------------------------------------------------
-
-  // The document stored under (key, form), if any; counts a hit or a miss. With pin, the returned
-  // document is pinned before the lock is dropped, so it cannot be evicted in between. A document
-  // that was allocate()d but not yet committed is found too: check info().committed.
-  std::optional<DocHandle> find(const DocKey& key, StorageForm form, bool pin = false) {
-    check_form("KvStore::find", form);
-    std::lock_guard lock(mu_);
-    auto it = index_.find(IndexKey{key, form});
-    if (it == index_.end()) {
-      ++stats_.misses;
-      return std::nullopt;
-    }
-    Doc& d = docs_[it->second];
-    DocHandle h{it->second, d.generation};
-    if (pin) check_pinnable(h, d, "KvStore::find");
-    ++stats_.hits;
-    if (pin) pin_locked(h.slot, d);
-    touch_locked(h.slot, d);
-    return h;
+  explicit KvStore(const KvStoreConfig& config) : KvBookkeeping(config) {
+    const auto bytes = static_cast<std::size_t>(geometry().elements() * size_of(config.dtype));
+    k_ = allocate_pool(bytes, config);
+    v_ = allocate_pool(bytes, config);
   }
 
   // Stores a document's K and V, each [num_layers, length, num_kv_heads, head_dim], converting to
@@ -161,13 +59,9 @@ class KvStore {
                       std::span<const T> k, std::span<const T> v, bool pin = false) {
     check_form("KvStore::insert", form);
     check_tokens("KvStore::insert", "length", length, k.size(), v.size());
-    std::lock_guard lock(mu_);
-    InsertResult r = allocate_locked(key, form, length, pin, "KvStore::insert");
-    if (!r.inserted) return r;
-    Doc& d = docs_[r.handle.slot];
-    write_tokens(d.pages, 0, length, k, v);
-    d.committed = true;
-    return r;
+    return allocate_and_fill(
+        key, form, length, pin, "KvStore::insert",
+        [&](const std::vector<std::int32_t>& pages) { write_tokens(pages, 0, length, k, v); });
   }
   template <StorageRange RK, StorageRange RV>
   InsertResult insert(const DocKey& key, StorageForm form, std::int64_t length, const RK& k,
@@ -179,101 +73,15 @@ class KvStore {
                   std::span<const T>(std::ranges::data(v), std::ranges::size(v)), pin);
   }
 
-  // Reserves pages for a document whose K/V the caller writes itself (a device kernel, say) and
-  // returns it pinned. Until commit(), plans refuse it. An existing (key, form) is returned as in
-  // insert(), pinned, with inserted = false.
-  InsertResult allocate(const DocKey& key, StorageForm form, std::int64_t length) {
-    check_form("KvStore::allocate", form);
-    check_document_length("KvStore::allocate", length);
-    std::lock_guard lock(mu_);
-    return allocate_locked(key, form, length, true, "KvStore::allocate");
-  }
-
-  void commit(DocHandle h) {
-    std::lock_guard lock(mu_);
-    doc_locked(h, "KvStore::commit").committed = true;
-  }
-
-  void pin(DocHandle h) {
-    std::lock_guard lock(mu_);
-    Doc& d = doc_locked(h, "KvStore::pin");
-    check_pinnable(h, d, "KvStore::pin");
-    pin_locked(h.slot, d);
-    touch_locked(h.slot, d);
-  }
-
-  void unpin(DocHandle h) {
-    std::lock_guard lock(mu_);
-    Doc& d = doc_locked(h, "KvStore::unpin");
-    LAZYATTN_CHECK(d.pins > 0, "KvStore::unpin: ", h, " has pin count 0, expected > 0");
-    const std::uint64_t now = clock_ + 1;
-    // The LRU entry is the one allocation: made first, so a failure changes nothing.
-    if (d.pins == 1) lru_.insert({now, h.slot});
-    clock_ = now;
-    d.last_use = now;
-    if (--d.pins == 0) {
-      --stats_.pinned_documents;
-      unpinned_pages_ += static_cast<std::int64_t>(d.pages.size());
-    }
-  }
-
-  // Removes an unpinned document now, returning its pages.
-  void erase(DocHandle h) {
-    std::lock_guard lock(mu_);
-    Doc& d = doc_locked(h, "KvStore::erase");
-    LAZYATTN_CHECK(d.pins == 0, "KvStore::erase: ", h, " is pinned ", d.pins, " times, expected 0");
-    remove_doc_locked(h.slot);
-  }
-
-  bool is_live(DocHandle h) const {
-    std::lock_guard lock(mu_);
-    return h.slot < docs_.size() && docs_[h.slot].live && docs_[h.slot].generation == h.generation;
-  }
-
-  DocInfo info(DocHandle h) const {
-    std::lock_guard lock(mu_);
-    const Doc& d = doc_locked(h, "KvStore::info");
-    return DocInfo{d.key, d.form, d.length, d.pins, d.committed, d.pages, d.last_use};
-  }
-
-  // ---- tails ----------------------------------------------------------------------------------
-
-  // A request's private tokens, in the form the caller names: local (K rotated at the tail's own
-  // positions 0, 1, ...), raw, or absolute (K rotated at its logical positions). No default: a
-  // tail filled in another form than it was made in attends wrongly with no error.
-  TailHandle create_tail(StorageForm form) {
-    check_form("KvStore::create_tail", form, /*tail=*/true);
-    std::lock_guard lock(mu_);
-    std::uint32_t slot;
-    if (!free_tail_slots_.empty()) {
-      slot = free_tail_slots_.back();
-      free_tail_slots_.pop_back();
-    } else {
-      LAZYATTN_CHECK(tails_.size() < kMaxTailSlots, "KvStore::create_tail: ", tails_.size(),
-                     " tail slots exist, expected fewer than ", kMaxTailSlots);
-      // Room for this slot's later release first (see remove_doc_locked), then the slot.
-      reserve_one_more(tails_);
-      reserve_slots(free_tail_slots_, tails_.capacity());
-      slot = static_cast<std::uint32_t>(tails_.size());
-      tails_.emplace_back();
-    }
-    Tail& t = tails_[slot];
-    t.live = true;
-    t.form = form;
-    t.length = 0;
-    t.pages.clear();
-    ++stats_.tails;
-    return TailHandle{slot, t.generation};
-  }
-
   // Appends n tokens, K and V each [num_layers, n, num_kv_heads, head_dim], to a tail. New pages
   // come from the free list, evicting unpinned documents if needed; on failure nothing changes.
   template <StorageElement T>
   void append(TailHandle h, std::int64_t n, std::span<const T> k, std::span<const T> v) {
     check_tokens("KvStore::append", "n", n, k.size(), v.size());
-    std::lock_guard lock(mu_);
-    std::int64_t first = reserve_locked(h, n, "KvStore::append");
-    write_tokens(tails_[h.slot].pages, first, n, k, v);
+    reserve_and_fill(h, n, "KvStore::append",
+                     [&](const std::vector<std::int32_t>& pages, std::int64_t first) {
+                       write_tokens(pages, first, n, k, v);
+                     });
   }
   template <StorageRange RK, StorageRange RV>
   void append(TailHandle h, std::int64_t n, const RK& k, const RV& v) {
@@ -282,38 +90,6 @@ class KvStore {
                   "KvStore::append: k and v must hold the same element type");
     append(h, n, std::span<const T>(std::ranges::data(k), std::ranges::size(k)),
            std::span<const T>(std::ranges::data(v), std::ranges::size(v)));
-  }
-
-  // Extends a tail by n tokens whose K/V the caller writes itself; returns the old length, the
-  // index of the first new token.
-  std::int64_t reserve(TailHandle h, std::int64_t n) {
-    check_count("KvStore::reserve", "n", n);
-    std::lock_guard lock(mu_);
-    return reserve_locked(h, n, "KvStore::reserve");
-  }
-
-  void release(TailHandle h) {
-    std::lock_guard lock(mu_);
-    Tail& t = tail_locked(h, "KvStore::release");
-    for (std::int32_t p : t.pages) free_page_locked(p);
-    t.pages.clear();
-    t.length = 0;
-    t.live = false;
-    // A slot whose generation would wrap is retired, so no stale handle can ever match again.
-    if (++t.generation != kRetiredGeneration) free_tail_slots_.push_back(h.slot);
-    --stats_.tails;
-  }
-
-  bool is_live(TailHandle h) const {
-    std::lock_guard lock(mu_);
-    return h.slot < tails_.size() && tails_[h.slot].live &&
-           tails_[h.slot].generation == h.generation;
-  }
-
-  TailInfo info(TailHandle h) const {
-    std::lock_guard lock(mu_);
-    const Tail& t = tail_locked(h, "KvStore::info");
-    return TailInfo{t.form, t.length, t.pages};
   }
 
   // ---- pool memory ----------------------------------------------------------------------------
@@ -344,150 +120,13 @@ class KvStore {
   std::byte* k_bytes() { return k_.get(); }
   std::byte* v_bytes() { return v_.get(); }
 
-  // ---- accounting -----------------------------------------------------------------------------
-
-  KvStoreStats stats() const {
-    std::lock_guard lock(mu_);
-    KvStoreStats s = stats_;
-    s.pages_total = config_.num_pages;
-    s.pages_in_use = config_.num_pages - static_cast<std::int64_t>(free_pages_.size());
-    s.bytes_in_use = s.pages_in_use * page_bytes();
-    return s;
-  }
-
-  // Checks the bookkeeping: every page is free or owned by exactly the document or tail whose page
-  // list holds it, page lists match lengths, the LRU set holds exactly the unpinned documents, the
-  // index, the free slot lists and the counters agree with the slots. Throws lazyattn::Error
-  // naming the first inconsistency. For tests; O(pages + documents + tails).
-  void validate() const {
-    const char* w = "KvStore::validate";
-    std::lock_guard lock(mu_);
-    std::vector<std::int32_t> owner(static_cast<std::size_t>(config_.num_pages), kFree);
-    auto claim = [&](std::int32_t page, std::int32_t who) {
-      LAZYATTN_CHECK(page >= 0 && page < config_.num_pages, w, ": page ", page, " out of range");
-      LAZYATTN_CHECK(owner[page] == kFree, w, ": page ", page, " owned twice");
-      owner[page] = who;
-    };
-    std::int64_t live = 0, pinned = 0, unpinned = 0, unpinned_pages = 0, retired = 0;
-    for (std::size_t s = 0; s < docs_.size(); ++s) {
-      const Doc& d = docs_[s];
-      LAZYATTN_CHECK(d.generation <= kRetiredGeneration, w, ": document slot ", s,
-                     " past the last generation");
-      if (d.generation == kRetiredGeneration) ++retired;
-      if (!d.live) {
-        LAZYATTN_CHECK(d.pages.empty(), w, ": empty document slot ", s, " holds pages");
-        continue;
-      }
-      ++live;
-      LAZYATTN_CHECK(d.length >= 1 && d.length <= kMaxLength, w, ": document slot ", s,
-                     " has length ", d.length);
-      LAZYATTN_CHECK(static_cast<std::int64_t>(d.pages.size()) == pages_for(d.length), w,
-                     ": document slot ", s, " has ", d.pages.size(), " pages for length ",
-                     d.length);
-      LAZYATTN_CHECK(d.pins >= 0, w, ": document slot ", s, " has pin count ", d.pins);
-      LAZYATTN_CHECK(d.last_use <= clock_, w, ": document slot ", s, " used in the future");
-      for (std::int32_t p : d.pages) claim(p, doc_owner(static_cast<std::uint32_t>(s)));
-      if (d.pins == 0) {
-        ++unpinned;
-        unpinned_pages += static_cast<std::int64_t>(d.pages.size());
-        LAZYATTN_CHECK(lru_.count({d.last_use, static_cast<std::uint32_t>(s)}) == 1, w,
-                       ": unpinned document slot ", s, " missing from LRU");
-      } else {
-        ++pinned;
-      }
-      auto it = index_.find(IndexKey{d.key, d.form});
-      LAZYATTN_CHECK(it != index_.end() && it->second == s, w, ": document slot ", s,
-                     " not indexed");
-    }
-    LAZYATTN_CHECK(static_cast<std::int64_t>(index_.size()) == live, w, ": index holds ",
-                   index_.size(), " keys, expected ", live);
-    LAZYATTN_CHECK(static_cast<std::int64_t>(lru_.size()) == unpinned, w, ": LRU holds ",
-                   lru_.size(), " entries, expected ", unpinned);
-    LAZYATTN_CHECK(unpinned_pages_ == unpinned_pages, w, ": ", unpinned_pages_,
-                   " pages counted as evictable, expected ", unpinned_pages);
-    LAZYATTN_CHECK(stats_.documents == live && stats_.pinned_documents == pinned, w,
-                   ": stats count ", stats_.documents, " documents (", stats_.pinned_documents,
-                   " pinned), expected ", live, " (", pinned, " pinned)");
-    check_free_slots(docs_, free_doc_slots_, live + retired, "document");
-    std::int64_t live_tails = 0;
-    retired = 0;
-    for (std::size_t s = 0; s < tails_.size(); ++s) {
-      const Tail& t = tails_[s];
-      if (t.generation == kRetiredGeneration) ++retired;
-      if (!t.live) {
-        LAZYATTN_CHECK(t.pages.empty() && t.length == 0, w, ": empty tail slot ", s,
-                       " holds tokens");
-        continue;
-      }
-      ++live_tails;
-      LAZYATTN_CHECK(t.length >= 0 && t.length <= kMaxLength, w, ": tail slot ", s, " has length ",
-                     t.length);
-      LAZYATTN_CHECK(static_cast<std::int64_t>(t.pages.size()) == pages_for(t.length), w,
-                     ": tail slot ", s, " has ", t.pages.size(), " pages for length ", t.length);
-      for (std::int32_t p : t.pages) claim(p, tail_owner(static_cast<std::uint32_t>(s)));
-    }
-    LAZYATTN_CHECK(stats_.tails == live_tails, w, ": stats count ", stats_.tails,
-                   " tails, expected ", live_tails);
-    check_free_slots(tails_, free_tail_slots_, live_tails + retired, "tail");
-    for (std::int32_t p : free_pages_) claim(p, kFreeListed);
-    for (std::int64_t p = 0; p < config_.num_pages; ++p) {
-      LAZYATTN_CHECK(owner[p] != kFree, w, ": page ", p, " leaked");
-      std::int32_t expected = owner[p] == kFreeListed ? kFree : owner[p];
-      LAZYATTN_CHECK(page_owner_[p] == expected, w, ": page ", p, " owner table says ",
-                     page_owner_[p], ", expected ", expected);
-    }
-  }
-
  private:
-  static constexpr std::int32_t kFree = -1;
-  static constexpr std::int32_t kFreeListed = -2;
-  static constexpr std::int64_t kMaxLength = std::numeric_limits<std::int32_t>::max();
-  static constexpr std::size_t kMaxDocSlots = 0x7fffffff;
-  // Tails own pages as -3 - slot, which must stay representable in int32.
-  static constexpr std::size_t kMaxTailSlots = 0x7ffffffd;
-  static constexpr std::uint32_t kRetiredGeneration = std::numeric_limits<std::uint32_t>::max();
-
   struct PoolDeleter {
     void operator()(std::byte* p) const noexcept {
       ::operator delete (p, std::align_val_t{kPoolAlignment});
     }
   };
   using PoolPtr = std::unique_ptr<std::byte, PoolDeleter>;
-
-  struct IndexKey {
-    DocKey key;
-    StorageForm form;
-    friend bool operator==(const IndexKey&, const IndexKey&) = default;
-  };
-  struct IndexKeyHash {
-    std::size_t operator()(const IndexKey& k) const noexcept {
-      return DocKeyHash{}(k.key) ^ static_cast<std::size_t>(k.form);
-    }
-  };
-  struct Doc {
-    bool live = false;
-    bool committed = false;
-    std::uint32_t generation = 0;
-    DocKey key;
-    StorageForm form = StorageForm::kRaw;
-    std::int64_t length = 0;
-    std::int32_t pins = 0;
-    std::uint64_t last_use = 0;
-    std::vector<std::int32_t> pages;
-  };
-  struct Tail {
-    bool live = false;
-    std::uint32_t generation = 0;
-    StorageForm form = StorageForm::kLocal;
-    std::int64_t length = 0;
-    std::vector<std::int32_t> pages;
-  };
-
-  // Page owners: documents as slot, tails as -3 - slot.
-  static std::int32_t doc_owner(std::uint32_t slot) { return static_cast<std::int32_t>(slot); }
-  static std::int32_t tail_owner(std::uint32_t slot) {
-    return -3 - static_cast<std::int32_t>(slot);
-  }
 
   static PoolPtr allocate_pool(std::size_t bytes, const KvStoreConfig& c) {
     void* p = nullptr;
@@ -501,292 +140,51 @@ class KvStore {
     return PoolPtr(static_cast<std::byte*>(p));
   }
 
-  // Every free slot is an empty, unretired slot named once; every other slot is live or retired.
-  template <class Slot>
-  void check_free_slots(const std::vector<Slot>& slots, const std::vector<std::uint32_t>& free,
-                        std::int64_t live_or_retired, const char* what) const {
-    std::vector<bool> seen(slots.size(), false);
-    for (std::uint32_t s : free) {
-      LAZYATTN_CHECK(s < slots.size() && !slots[s].live && !seen[s] &&
-                         slots[s].generation != kRetiredGeneration,
-                     "KvStore::validate: free ", what, " slot ", s, " is not a free slot");
-      seen[s] = true;
-    }
-    LAZYATTN_CHECK(static_cast<std::int64_t>(free.size()) + live_or_retired ==
-                       static_cast<std::int64_t>(slots.size()),
-                   "KvStore::validate: ", free.size(), " free ", what, " slots and ",
-                   live_or_retired, " live or retired, expected ", slots.size(), " in all");
-  }
-
   template <class T>
   void check_type(const char* where) const {
-    LAZYATTN_CHECK(dtype_of<T>() == config_.dtype, where, ": element type ",
-                   to_string(dtype_of<T>()), ", expected the store's ", to_string(config_.dtype));
-  }
-
-  // Documents are raw or local; a tail may also be absolute (K rotated at its logical positions).
-  static void check_form(const char* where, StorageForm form, bool tail = false) {
-    if (tail && form == StorageForm::kAbsolute) return;
-    LAZYATTN_CHECK(form == StorageForm::kRaw || form == StorageForm::kLocal, where,
-                   ": storage form ", static_cast<int>(form), ", expected raw (0) or local (1)",
-                   tail ? " or absolute (2)" : " (absolute form is for tails only)");
-  }
-
-  // A token count: at least one, at most what a length can hold (int32, as plans store it).
-  static void check_count(const char* where, const char* name, std::int64_t n) {
-    LAZYATTN_CHECK(n >= 1 && n <= kMaxLength, where, ": ", name, " ", n,
-                   ", expected in [1, 2^31 - 1]");
-  }
-
-  // A document longer than the whole pool can never be stored, however much is evicted.
-  void check_document_length(const char* where, std::int64_t length) const {
-    check_count(where, "length", length);
-    LAZYATTN_CHECK(pages_for(length) <= config_.num_pages, where, ": length ", length, " needs ",
-                   pages_for(length), " pages, expected at most the store's num_pages ",
-                   config_.num_pages);
+    LAZYATTN_CHECK(dtype_of<T>() == config().dtype, where, ": element type ",
+                   to_string(dtype_of<T>()), ", expected the store's ", to_string(config().dtype));
   }
 
   // The shape of K and V for n tokens. n is bounded by the pool's capacity first, so the product
   // cannot overflow: it is at most the pool's element count.
   void check_tokens(const char* where, const char* name, std::int64_t n, std::size_t k_size,
                     std::size_t v_size) const {
+    const KvStoreConfig& c = config();
     check_count(where, name, n);
-    LAZYATTN_CHECK(pages_for(n) <= config_.num_pages, where, ": ", name, " ", n, " needs ",
-                   pages_for(n), " pages, expected at most the store's num_pages ",
-                   config_.num_pages);
-    std::size_t expected =
-        static_cast<std::size_t>(config_.num_layers) * static_cast<std::size_t>(n) *
-        static_cast<std::size_t>(config_.num_kv_heads) * static_cast<std::size_t>(config_.head_dim);
+    LAZYATTN_CHECK(pages_for(n) <= c.num_pages, where, ": ", name, " ", n, " needs ", pages_for(n),
+                   " pages, expected at most the store's num_pages ", c.num_pages);
+    std::size_t expected = static_cast<std::size_t>(c.num_layers) * static_cast<std::size_t>(n) *
+                           static_cast<std::size_t>(c.num_kv_heads) *
+                           static_cast<std::size_t>(c.head_dim);
     LAZYATTN_CHECK(k_size == expected, where, ": k has ", k_size, " elements, expected ", expected,
-                   " = [num_layers ", config_.num_layers, ", ", name, " ", n, ", num_kv_heads ",
-                   config_.num_kv_heads, ", head_dim ", config_.head_dim, "]");
+                   " = [num_layers ", c.num_layers, ", ", name, " ", n, ", num_kv_heads ",
+                   c.num_kv_heads, ", head_dim ", c.head_dim, "]");
     LAZYATTN_CHECK(v_size == expected, where, ": v has ", v_size, " elements, expected ", expected,
-                   " = [num_layers ", config_.num_layers, ", ", name, " ", n, ", num_kv_heads ",
-                   config_.num_kv_heads, ", head_dim ", config_.head_dim, "]");
-  }
-
-  void check_pinnable(DocHandle h, const Doc& d, const char* where) const {
-    LAZYATTN_CHECK(d.pins < std::numeric_limits<std::int32_t>::max(), where, ": ", h, " is pinned ",
-                   d.pins, " times, expected fewer than 2^31 - 1");
-  }
-
-  Doc& doc_locked(DocHandle h, const char* where) {
-    return const_cast<Doc&>(std::as_const(*this).doc_locked(h, where));
-  }
-  const Doc& doc_locked(DocHandle h, const char* where) const {
-    LAZYATTN_CHECK(h.slot < docs_.size(), where, ": ", h, " names no document slot (", docs_.size(),
-                   " slots)");
-    const Doc& d = docs_[h.slot];
-    LAZYATTN_CHECK(
-        d.live && d.generation == h.generation, where, ": stale document handle ", h,
-        d.live ? ", the slot now holds generation " : ", the slot is empty at generation ",
-        d.generation);
-    return d;
-  }
-  Tail& tail_locked(TailHandle h, const char* where) {
-    return const_cast<Tail&>(std::as_const(*this).tail_locked(h, where));
-  }
-  const Tail& tail_locked(TailHandle h, const char* where) const {
-    LAZYATTN_CHECK(h.slot < tails_.size(), where, ": ", h, " names no tail slot (", tails_.size(),
-                   " slots)");
-    const Tail& t = tails_[h.slot];
-    LAZYATTN_CHECK(
-        t.live && t.generation == h.generation, where, ": stale tail handle ", h,
-        t.live ? ", the slot now holds generation " : ", the slot is empty at generation ",
-        t.generation);
-    return t;
-  }
-
-  void pin_locked(std::uint32_t slot, Doc& d) {
-    if (d.pins == 0) {
-      lru_.erase({d.last_use, slot});
-      unpinned_pages_ -= static_cast<std::int64_t>(d.pages.size());
-      ++stats_.pinned_documents;
-    }
-    ++d.pins;
-  }
-
-  // Moves a document to the most recent end of the LRU by re-keying its node (extract, insert):
-  // nothing is allocated, so a touch cannot fail half way.
-  void touch_locked(std::uint32_t slot, Doc& d) noexcept {
-    const std::uint64_t now = ++clock_;
-    if (d.pins == 0) {
-      auto node = lru_.extract({d.last_use, slot});
-      node.value() = {now, slot};
-      lru_.insert(std::move(node));
-    }
-    d.last_use = now;
-  }
-
-  void free_page_locked(std::int32_t p) noexcept {
-    page_owner_[p] = kFree;
-    free_pages_.push_back(p);
-  }
-
-  // Allocates nothing: the free lists have room for every slot and page (reserved as the slot
-  // vectors grow, and for num_pages at construction), so evictions inside a call that must not
-  // fail half way cannot throw.
-  void remove_doc_locked(std::uint32_t slot) noexcept {
-    Doc& d = docs_[slot];
-    if (d.pins == 0) {
-      lru_.erase({d.last_use, slot});
-      unpinned_pages_ -= static_cast<std::int64_t>(d.pages.size());
-    } else {
-      --stats_.pinned_documents;
-    }
-    index_.erase(IndexKey{d.key, d.form});
-    for (std::int32_t p : d.pages) free_page_locked(p);
-    d.pages.clear();
-    d.live = false;
-    d.committed = false;
-    d.pins = 0;
-    // A slot whose generation would wrap is retired, so no stale handle can ever match again.
-    if (++d.generation != kRetiredGeneration) free_doc_slots_.push_back(slot);
-    --stats_.documents;
-  }
-
-  // Capacity for one more element, growing geometrically (so that a run of inserts stays linear).
-  template <class V>
-  static void reserve_one_more(V& v) {
-    if (v.size() == v.capacity()) v.reserve(std::max<std::size_t>(8, 2 * v.capacity()));
-  }
-  // A free-slot list never outgrows the slot vector: room for all of them means a release or an
-  // eviction never allocates.
-  static void reserve_slots(std::vector<std::uint32_t>& free, std::size_t slots) {
-    if (free.capacity() < slots) free.reserve(slots);
-  }
-
-  // Throws, with nothing changed, unless `needed` pages can be made free. `where` names the
-  // caller for the message.
-  void check_room_locked(std::int64_t needed, const char* where) const {
-    auto free_now = static_cast<std::int64_t>(free_pages_.size());
-    LAZYATTN_CHECK(free_now + unpinned_pages_ >= needed, where, ": store full: need ", needed,
-                   " pages, ", free_now, " free and ", unpinned_pages_,
-                   " held by unpinned documents, of ", config_.num_pages, " pages");
-  }
-
-  // Makes `needed` pages free (check_room_locked passed), evicting least recently used unpinned
-  // documents; allocates nothing. The LRU holds unpinned documents only, and a victim is checked
-  // once more: an inconsistent store stops here rather than evict a pinned document.
-  void make_room_locked(std::int64_t needed) {
-    while (static_cast<std::int64_t>(free_pages_.size()) < needed) {
-      LAZYATTN_CHECK(!lru_.empty(), "KvStore: internal error: ",
-                     needed - static_cast<std::int64_t>(free_pages_.size()),
-                     " more pages needed and no unpinned document left to evict");
-      const std::uint32_t victim = lru_.begin()->second;
-      LAZYATTN_CHECK(docs_[victim].live && docs_[victim].pins == 0,
-                     "KvStore: internal error: the LRU names document slot ", victim,
-                     ", which is pinned or empty");
-      remove_doc_locked(victim);
-      ++stats_.evictions;
-    }
-  }
-
-  // Moves `count` free pages to `owner`, appended to `pages`, whose capacity the caller reserved
-  // (so this allocates nothing).
-  void take_pages_locked(std::int64_t count, std::int32_t owner,
-                         std::vector<std::int32_t>& pages) noexcept {
-    for (std::int64_t i = 0; i < count; ++i) {
-      const std::int32_t p = free_pages_.back();
-      free_pages_.pop_back();
-      page_owner_[p] = owner;
-      pages.push_back(p);
-    }
-  }
-
-  InsertResult allocate_locked(const DocKey& key, StorageForm form, std::int64_t length, bool pin,
-                               const char* where) {
-    auto it = index_.find(IndexKey{key, form});
-    if (it != index_.end()) {
-      Doc& d = docs_[it->second];
-      DocHandle h{it->second, d.generation};
-      LAZYATTN_CHECK(d.length == length, where, ": key ", key, " (", to_string(form),
-                     ") is stored with length ", d.length, ", got length ", length,
-                     " (same key, different content?)");
-      if (pin) check_pinnable(h, d, where);
-      ++stats_.dedupes;
-      if (pin) pin_locked(h.slot, d);
-      touch_locked(h.slot, d);
-      return InsertResult{h, false};
-    }
-    LAZYATTN_CHECK(!free_doc_slots_.empty() || docs_.size() < kMaxDocSlots, where, ": ",
-                   docs_.size(), " document slots in use, expected fewer than ", kMaxDocSlots);
-    const std::int64_t needed = pages_for(length);
-    check_room_locked(needed, where);
-    // Everything that allocates, before anything changes (the strong guarantee): room for one
-    // more slot (and for its later release in the free list), the page list, the LRU node and
-    // the index node, made detached and given their values once the slot is known.
-    reserve_one_more(docs_);
-    reserve_slots(free_doc_slots_, docs_.capacity());
-    std::vector<std::int32_t> pages;
-    pages.reserve(static_cast<std::size_t>(needed));
-    decltype(lru_) lru_spare{{0, 0}};
-    auto lru_node = lru_spare.extract(lru_spare.begin());
-    index_.reserve(index_.size() + 1);
-    decltype(index_) index_spare{{IndexKey{key, form}, 0}};
-    auto index_node = index_spare.extract(index_spare.begin());
-    // Nothing below allocates.
-    make_room_locked(needed);
-    std::uint32_t slot;
-    if (!free_doc_slots_.empty()) {
-      slot = free_doc_slots_.back();
-      free_doc_slots_.pop_back();
-    } else {
-      slot = static_cast<std::uint32_t>(docs_.size());
-      docs_.emplace_back();
-    }
-    Doc& d = docs_[slot];
-    d.live = true;
-    d.committed = false;
-    d.key = key;
-    d.form = form;
-    d.length = length;
-    d.pins = 0;
-    take_pages_locked(needed, doc_owner(slot), pages);
-    d.pages = std::move(pages);
-    d.last_use = ++clock_;
-    lru_node.value() = {d.last_use, slot};
-    lru_.insert(std::move(lru_node));
-    unpinned_pages_ += needed;
-    if (pin) pin_locked(slot, d);
-    index_node.mapped() = slot;
-    index_.insert(std::move(index_node));
-    ++stats_.inserts;
-    ++stats_.documents;
-    return InsertResult{DocHandle{slot, d.generation}, true};
-  }
-
-  std::int64_t reserve_locked(TailHandle h, std::int64_t n, const char* where) {
-    Tail& t = tail_locked(h, where);
-    LAZYATTN_CHECK(t.length + n <= kMaxLength, where, ": ", h, " length ", t.length, " + n ", n,
-                   " exceeds 2^31 - 1");
-    std::int64_t needed = pages_for(t.length + n) - static_cast<std::int64_t>(t.pages.size());
-    check_room_locked(needed, where);
-    t.pages.reserve(t.pages.size() + static_cast<std::size_t>(needed));  // the one allocation
-    make_room_locked(needed);
-    take_pages_locked(needed, tail_owner(h.slot), t.pages);
-    std::int64_t first = t.length;
-    t.length += n;
-    return first;
+                   " = [num_layers ", c.num_layers, ", ", name, " ", n, ", num_kv_heads ",
+                   c.num_kv_heads, ", head_dim ", c.head_dim, "]");
   }
 
   // Copies tokens [first, first + n) of a page list from [num_layers, n, num_kv_heads, head_dim].
+  // Runs under the bookkeeping's lock (allocate_and_fill, reserve_and_fill) and throws nothing.
   template <StorageElement T>
   void write_tokens(const std::vector<std::int32_t>& pages, std::int64_t first, std::int64_t n,
-                    std::span<const T> k, std::span<const T> v) {
-    dispatch_dtype(config_.dtype, [&](auto tag) {
+                    std::span<const T> k, std::span<const T> v) noexcept {
+    const KvStoreConfig& c = config();
+    const PoolGeometry& g = geometry();
+    dispatch_dtype(c.dtype, [&](auto tag) {
       using S = decltype(tag);
       auto* kp = reinterpret_cast<S*>(k_.get());
       auto* vp = reinterpret_cast<S*>(v_.get());
-      const int H = config_.num_kv_heads, D = config_.head_dim, P = config_.page_size;
-      for (int l = 0; l < config_.num_layers; ++l) {
+      const int H = c.num_kv_heads, D = c.head_dim, P = c.page_size;
+      for (int l = 0; l < c.num_layers; ++l) {
         for (std::int64_t i = 0; i < n; ++i) {
           std::int64_t tok = first + i;
           std::int32_t page = pages[static_cast<std::size_t>(tok / P)];
           int slot = static_cast<int>(tok % P);
           for (int h = 0; h < H; ++h) {
             std::int64_t src = ((l * n + i) * H + h) * D;
-            std::int64_t dst = geometry_.offset(l, page, h, slot);
+            std::int64_t dst = g.offset(l, page, h, slot);
             for (int d = 0; d < D; ++d) {
               if constexpr (std::is_same_v<S, T>) {
                 kp[dst + d] = k[src + d];
@@ -802,23 +200,8 @@ class KvStore {
     });
   }
 
-  KvStoreConfig config_;
-  PoolGeometry geometry_;
   PoolPtr k_;
   PoolPtr v_;
-
-  mutable std::mutex mu_;
-  std::vector<std::int32_t> page_owner_;
-  std::vector<std::int32_t> free_pages_;
-  std::vector<Doc> docs_;
-  std::vector<std::uint32_t> free_doc_slots_;
-  std::vector<Tail> tails_;
-  std::vector<std::uint32_t> free_tail_slots_;
-  std::unordered_map<IndexKey, std::uint32_t, IndexKeyHash> index_;
-  std::set<std::pair<std::uint64_t, std::uint32_t>> lru_;  // (last use, slot) of unpinned documents
-  std::int64_t unpinned_pages_ = 0;  // pages of the documents in lru_: what eviction could free
-  std::uint64_t clock_ = 0;
-  KvStoreStats stats_;
 };
 
 }  // namespace lazyattn
