@@ -20,12 +20,6 @@ def _form(form):
     return _capi.FORMS[form]
 
 
-def _cpu_handle(value):
-    """A handle as a CPU int64 tensor: the operators take it as a tensor, so torch.compile does
-    not specialise (and recompile) on the handle's value."""
-    return torch.tensor([int(value)], dtype=torch.int64)
-
-
 class _Owned:
     """An object that owns a library handle `_h`, destroyed by lazyattn_<_DESTROY> on close() or
     when the object is collected."""

@@ -7,7 +7,9 @@ page_size, head_dim], a plan's packed image (uint8) and split-KV workspace (uint
 the library's host handles as a CPU int64 tensor (`meta`), so that a new plan is new data, not a
 new constant to recompile for. The implementations call liblazyattn_c through ctypes on torch's
 current CUDA stream; nothing here synchronises the host. lazyattn.Pool's methods check their
-arguments and call these; call them directly only with a Pool's own tensors.
+arguments and call these. Called directly, each operator checks what the library cannot see
+behind its raw pointers (devices, dtypes, layouts, and that every buffer is as large as the pool
+and plan its handles name) and raises ValueError naming the tensor before anything runs.
 """
 import ctypes
 
@@ -24,12 +26,65 @@ def _ptr(t):
     return ctypes.c_void_p(t.data_ptr())
 
 
+def _check(where, name, t, device, dtype=None, numel=None, dim=None):
+    """t is a contiguous tensor on `device` (of `dtype`, >= `numel` elements, `dim`-D)."""
+    if t.device != device:
+        raise ValueError("%s: %s on %s, expected %s" % (where, name, t.device, device))
+    if dtype is not None and t.dtype != dtype:
+        raise ValueError("%s: %s of dtype %s, expected %s" % (where, name, t.dtype, dtype))
+    if not t.is_contiguous():
+        raise ValueError("%s: %s is not contiguous (strides %s), expected a contiguous tensor"
+                         % (where, name, tuple(t.stride())))
+    if dim is not None and t.dim() != dim:
+        raise ValueError("%s: %s of shape %s, expected %d dimensions"
+                         % (where, name, tuple(t.shape), dim))
+    if numel is not None and t.numel() < numel:
+        raise ValueError("%s: %s of %d elements, expected at least %d"
+                         % (where, name, t.numel(), numel))
+
+
+def _check_pools(where, k_pool, v_pool, pool_handle, layer):
+    """k_pool and v_pool: the pool's [num_layers, num_pages, kv_heads, page_size, head_dim]
+    16-bit tensors on one CUDA device, as large as the pool `pool_handle` (when given)."""
+    if k_pool.device.type != "cuda":
+        raise ValueError("%s: k_pool on %s, expected a CUDA device" % (where, k_pool.device))
+    _check(where, "k_pool", k_pool, k_pool.device, dim=5)
+    if k_pool.dtype not in (torch.bfloat16, torch.float16):
+        raise ValueError("%s: k_pool of dtype %s, expected torch.bfloat16 or torch.float16"
+                         % (where, k_pool.dtype))
+    _check(where, "v_pool", v_pool, k_pool.device, k_pool.dtype, dim=5)
+    if tuple(v_pool.shape) != tuple(k_pool.shape):
+        raise ValueError("%s: v_pool of shape %s, expected k_pool's %s"
+                         % (where, tuple(v_pool.shape), tuple(k_pool.shape)))
+    if pool_handle:
+        nbytes = ctypes.c_int64()
+        _capi.call("pool_bytes", ctypes.c_void_p(pool_handle), ctypes.byref(nbytes))
+        have = k_pool.numel() * k_pool.element_size()
+        if have != nbytes.value:
+            raise ValueError("%s: k_pool of %d bytes, expected the pool's %d" % (where, have,
+                                                                                  nbytes.value))
+    if not 0 <= layer < k_pool.shape[0]:
+        raise ValueError("%s: layer %d, expected in [0, %d)" % (where, layer, k_pool.shape[0]))
+
+
 @torch.library.custom_op("lazyattn::write", mutates_args=("k_pool", "v_pool"))
 def write(k_pool: torch.Tensor, v_pool: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
           dst: torch.Tensor, meta: torch.Tensor, layer: int, flags: int) -> None:
     """Writes k, v [n, kv_heads, head_dim] of one layer at the destinations `dst` (a device copy
     of lazyattn_destinations' output); meta = [pool handle, rope handle or 0] (CPU int64)."""
+    where = "lazyattn::write"
     pool, rope = (int(x) for x in meta.tolist())
+    _check_pools(where, k_pool, v_pool, pool, layer)
+    dev = k_pool.device
+    _check(where, "k", k, dev, k_pool.dtype, dim=3)
+    _check(where, "v", v, dev, k_pool.dtype, dim=3)
+    row = tuple(k_pool.shape[2:3]) + tuple(k_pool.shape[4:])
+    if tuple(k.shape[1:]) != row or tuple(v.shape) != tuple(k.shape):
+        raise ValueError("%s: k of shape %s, v %s, expected [n, kv_heads %d, head_dim %d] both"
+                         % (where, tuple(k.shape), tuple(v.shape), row[0], row[1]))
+    need = ctypes.c_int64()
+    _capi.call("destinations_bytes", k.shape[0], flags, ctypes.byref(need))
+    _check(where, "dst", dst, dev, torch.uint8, need.value)
     _capi.call("write", ctypes.c_void_p(pool), ctypes.c_void_p(rope or None), layer,
                _ptr(k_pool), _ptr(v_pool), _ptr(k), _ptr(v), k.shape[0], _ptr(dst), flags,
                _stream(k))
@@ -41,9 +96,21 @@ def _(k_pool, v_pool, k, v, dst, meta, layer, flags):
 
 
 def _launch(name, q, k_pool, v_pool, plan_data, workspace, meta, layer, scale, flags):
+    where = "lazyattn::" + name
+    handles = [int(x) for x in meta.tolist()]
+    info = _capi.PlanInfo()
+    _capi.call("plan_info", ctypes.c_void_p(handles[0]), ctypes.byref(info))
+    _check_pools(where, k_pool, v_pool, handles[1] if len(handles) > 1 else 0, layer)
+    dev = k_pool.device
+    _check(where, "q", q, dev, k_pool.dtype, dim=3)
+    if q.shape[0] != info.num_queries or q.shape[2] != k_pool.shape[4]:
+        raise ValueError("%s: q of shape %s, expected [%d (the plan's queries), heads, %d]"
+                         % (where, tuple(q.shape), info.num_queries, k_pool.shape[4]))
+    _check(where, "plan_data", plan_data, dev, torch.uint8, info.bytes)
+    _check(where, "workspace", workspace, dev, torch.uint8, info.workspace_bytes)
     o = torch.empty_like(q)
     lse = torch.empty(q.shape[0], q.shape[1], dtype=torch.float32, device=q.device)
-    _capi.call(name, ctypes.c_void_p(int(meta.item())), layer, _ptr(k_pool), _ptr(v_pool),
+    _capi.call(name, ctypes.c_void_p(handles[0]), layer, _ptr(k_pool), _ptr(v_pool),
                _ptr(plan_data), _ptr(workspace), q.shape[1], scale, flags, _ptr(q), _ptr(o),
                ctypes.c_void_p(lse.data_ptr()), _stream(q))
     return o, lse
@@ -58,7 +125,8 @@ def prefill(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor, plan_da
             workspace: torch.Tensor, meta: torch.Tensor, layer: int, scale: float,
             flags: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Prefill of a plan's queries q [num_queries, num_qo_heads, head_dim] in one layer:
-    (o like q, lse [num_queries, num_qo_heads] float32). meta = [plan handle] (CPU int64)."""
+    (o like q, lse [num_queries, num_qo_heads] float32). meta = [plan handle, pool handle] (CPU
+    int64; the pool's size checks k_pool and v_pool)."""
     return _launch("prefill", q, k_pool, v_pool, plan_data, workspace, meta, layer, scale, flags)
 
 

@@ -6,7 +6,7 @@ import torch
 
 from . import _capi
 from ._capi import LazyAttnValueError
-from ._owned import _Owned, _cpu_handle
+from ._owned import _Owned
 
 class Destinations:
     """Where a batch of tokens goes in a pool (Pool.destinations): a device tensor the write
@@ -35,7 +35,8 @@ class Destinations:
 
 class Plan(_Owned):
     """A batch over a pool (Pool.plan): the packed page tables and schedule on the device
-    (`data`), the split-KV workspace (`workspace`), and the host handle as a CPU tensor (`meta`).
+    (`data`), the split-KV workspace (`workspace`), and the host handles (plan, pool) as a CPU
+    tensor (`meta`).
     Valid while its documents stay stored and its tails keep their length."""
 
     _DESTROY = "plan_destroy"
@@ -49,7 +50,9 @@ class Plan(_Owned):
         self.num_requests, self.num_queries = info.num_requests, info.num_queries
         self.num_keys, self.num_work, self.kv_splits = info.num_keys, info.num_work, info.kv_splits
         self.bytes = info.bytes
-        self.meta = _cpu_handle(h.value)
+        # The plan's and its pool's handles: the operators check the K/V tensors against the
+        # pool's size.
+        self.meta = torch.tensor([h.value, pool._h.value], dtype=torch.int64)
         host = self._image()
         if like is None:
             self.data = torch.empty(self.bytes, dtype=torch.uint8, device=pool.device_obj)
