@@ -110,16 +110,6 @@ class DeviceScope {
 void check_device_pointer(const void* p, int device, std::size_t align, const char* where,
                           const char* name);
 
-inline std::uint64_t pack_handle(std::uint32_t slot, std::uint32_t generation) {
-  return (static_cast<std::uint64_t>(generation) << 32) | slot;
-}
-inline DocHandle unpack_doc(lazyattn_doc h) {
-  return DocHandle{static_cast<std::uint32_t>(h), static_cast<std::uint32_t>(h >> 32)};
-}
-inline TailHandle unpack_tail(lazyattn_tail h) {
-  return TailHandle{static_cast<std::uint32_t>(h), static_cast<std::uint32_t>(h >> 32)};
-}
-
 }  // namespace lazyattn::capi
 
 struct lazyattn_rope_t {
@@ -136,13 +126,24 @@ struct lazyattn_pool_t {
   // The page bookkeeping (documents, dedupe, pins, eviction, tails) of the K/V pools the caller
   // keeps in device buffers: KvBookkeeping alone, no host copy of the pages.
   lazyattn::KvBookkeeping pages;
+  // Mixed into every 64-bit handle the pool gives (see pack_handle): a splitmix64 of the
+  // bookkeeping's store id.
+  std::uint64_t handle_salt = 0;
   // Bumped by every call that may change a document's or tail's pages: a plan checks its
-  // segments again only when this moved since it last did.
+  // sources again only when this moved since it last did.
   std::uint64_t epoch = 0;
   int sm_count = 0;     // the device's, read at the first plan
   int ctas_per_sm = 0;  // decode CTAs per SM for the pool's dtype and head dim
 
-  lazyattn_pool_t(int d, const lazyattn::KvStoreConfig& c) : device(d), config(c), pages(c) {}
+  lazyattn_pool_t(int d, const lazyattn::KvStoreConfig& c)
+      : device(d), config(c), pages(c), handle_salt(salt_of(pages.id())) {}
+
+  static std::uint64_t salt_of(std::uint64_t id) {
+    std::uint64_t x = id + 0x9e3779b97f4a7c15ull;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+  }
 };
 
 // Where a plan's launches find their pieces in the caller's buffers.
@@ -163,9 +164,7 @@ struct lazyattn_plan_t {
   std::size_t ws_counters = 0, ws_lse = 0, ws_o = 0, ws_bytes = 0;
   std::int32_t kv_splits = 0;       // prefill: what launches ask for (0: automatic)
   std::int32_t kv_splits_room = 1;  // prefill: splits the workspace holds
-  // The segments as recorded (documents and tails, with the tails' lengths), checked again
-  // when the pool's epoch moved.
-  std::vector<lazyattn_segment> segments;
+  // The pool's epoch when the plan's sources (plan.sources) were last found current.
   std::uint64_t checked_epoch = 0;
 };
 
@@ -184,7 +183,33 @@ inline lazyattn_pool_t& pool_of(lazyattn_pool p, const char* where) {
   return *pools().check(p, where, "lazyattn_pool");
 }
 
-// Throws unless every segment the plan recorded is as it was (the pool's epoch short-cuts it).
+// The 64-bit handles of the C ABI: slot and generation, XORed with the pool's salt. The C++
+// handles' third part, the store id, does not fit; the salt stands in for it: another pool's
+// handle unpacks to a slot and generation of this pool only by a 2^-64 chance (its slot almost
+// always names no slot here), so it is refused, as a stale one is.
+inline std::uint64_t pack_handle(const lazyattn_pool_t& pool, std::uint32_t slot,
+                                 std::uint32_t generation) {
+  return ((static_cast<std::uint64_t>(generation) << 32) | slot) ^ pool.handle_salt;
+}
+inline std::uint64_t pack_handle(const lazyattn_pool_t& pool, DocHandle h) {
+  return pack_handle(pool, h.slot, h.generation);
+}
+inline std::uint64_t pack_handle(const lazyattn_pool_t& pool, TailHandle h) {
+  return pack_handle(pool, h.slot, h.generation);
+}
+inline DocHandle unpack_doc(const lazyattn_pool_t& pool, lazyattn_doc h) {
+  const std::uint64_t v = h ^ pool.handle_salt;
+  return DocHandle{static_cast<std::uint32_t>(v), static_cast<std::uint32_t>(v >> 32),
+                   pool.pages.id()};
+}
+inline TailHandle unpack_tail(const lazyattn_pool_t& pool, lazyattn_tail h) {
+  const std::uint64_t v = h ^ pool.handle_salt;
+  return TailHandle{static_cast<std::uint32_t>(v), static_cast<std::uint32_t>(v >> 32),
+                    pool.pages.id()};
+}
+
+// Throws unless the plan's pages are still its own (check_plan_current in kv/plan.hpp) and every
+// tail it read has the length it had then (the pool's epoch short-cuts both).
 void check_plan_current(lazyattn_plan_t& plan, const char* where);
 
 // Kernel-side helpers the host translation units call (each defined in the unit that holds the

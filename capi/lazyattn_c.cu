@@ -82,22 +82,17 @@ void check_device_pointer(const void* p, int device, std::size_t align, const ch
 void check_plan_current(lazyattn_plan_t& plan, const char* where) {
   const lazyattn_pool_t& pool = *plan.pool;
   if (plan.checked_epoch == pool.epoch) return;
-  for (std::size_t i = 0; i < plan.segments.size(); ++i) {
-    const lazyattn_segment& s = plan.segments[i];
-    if (s.kind == LAZYATTN_SEGMENT_DOCUMENT) {
-      LAZYATTN_CHECK(pool.pages.is_live(unpack_doc(s.handle)), where, ": segment ", i,
-                     " (document handle ", s.handle,
-                     ") was evicted or erased since the plan was made, expected a plan whose "
-                     "documents stay stored (pin them); make a new plan");
-    } else {
-      const TailHandle t = unpack_tail(s.handle);
-      LAZYATTN_CHECK(pool.pages.is_live(t), where, ": segment ", i, " (tail handle ", s.handle,
-                     ") was released since the plan was made; make a new plan");
-      const std::int64_t now = pool.pages.info(t).length;
-      LAZYATTN_CHECK(now == s.length, where, ": segment ", i, " (tail handle ", s.handle, ") has ",
-                     now, " tokens, the plan was made for ", s.length,
-                     "; a tail that grows needs a new plan");
-    }
+  ::lazyattn::check_plan_current(pool.pages, plan.plan, where);
+  // Stricter than the pages: a decode or prefill plan's queries are its tails' last tokens, so a
+  // tail that grew since means a step the caller did not plan.
+  const std::vector<PlanSource>& sources = plan.plan.sources;
+  for (std::size_t i = 0; i < sources.size(); ++i) {
+    const PlanSource& s = sources[i];
+    if (s.kind != SegmentKind::kTail) continue;
+    const std::int64_t now = pool.pages.info(s.tail).length;
+    LAZYATTN_CHECK(now == s.length, where, ": segment ", i, " (tail handle ",
+                   pack_handle(pool, s.tail), ") has ", now, " tokens, the plan was made for ",
+                   s.length, "; a tail that grows needs a new plan");
   }
   plan.checked_epoch = pool.epoch;
 }
@@ -234,7 +229,7 @@ lazyattn_status lazyattn_doc_allocate(lazyattn_pool pool, uint64_t key_hi, uint6
     check_out(out, w);
     InsertResult r = p.pages.allocate(DocKey{key_hi, key_lo}, checked_form(form, w, false), length);
     ++p.epoch;
-    *out = pack_handle(r.handle.slot, r.handle.generation);
+    *out = pack_handle(p, r.handle);
     if (inserted) *inserted = r.inserted ? 1 : 0;
   });
 }
@@ -251,7 +246,7 @@ lazyattn_status lazyattn_doc_find(lazyattn_pool pool, uint64_t key_hi, uint64_t 
         p.pages.find(DocKey{key_hi, key_lo}, checked_form(form, w, false), pin == 1);
     ++p.epoch;
     *found = h ? 1 : 0;
-    *out = h ? pack_handle(h->slot, h->generation) : 0;
+    *out = h ? pack_handle(p, *h) : 0;
   });
 }
 
@@ -259,7 +254,7 @@ lazyattn_status lazyattn_doc_commit(lazyattn_pool pool, lazyattn_doc doc) {
   const char* w = "lazyattn_doc_commit";
   return guarded(w, [&] {
     lazyattn_pool_t& p = pool_of(pool, w);
-    p.pages.commit(unpack_doc(doc));
+    p.pages.commit(unpack_doc(p, doc));
     ++p.epoch;
   });
 }
@@ -268,7 +263,7 @@ lazyattn_status lazyattn_doc_pin(lazyattn_pool pool, lazyattn_doc doc) {
   const char* w = "lazyattn_doc_pin";
   return guarded(w, [&] {
     lazyattn_pool_t& p = pool_of(pool, w);
-    p.pages.pin(unpack_doc(doc));
+    p.pages.pin(unpack_doc(p, doc));
     ++p.epoch;
   });
 }
@@ -277,7 +272,7 @@ lazyattn_status lazyattn_doc_unpin(lazyattn_pool pool, lazyattn_doc doc) {
   const char* w = "lazyattn_doc_unpin";
   return guarded(w, [&] {
     lazyattn_pool_t& p = pool_of(pool, w);
-    p.pages.unpin(unpack_doc(doc));
+    p.pages.unpin(unpack_doc(p, doc));
     ++p.epoch;
   });
 }
@@ -286,7 +281,7 @@ lazyattn_status lazyattn_doc_erase(lazyattn_pool pool, lazyattn_doc doc) {
   const char* w = "lazyattn_doc_erase";
   return guarded(w, [&] {
     lazyattn_pool_t& p = pool_of(pool, w);
-    p.pages.erase(unpack_doc(doc));
+    p.pages.erase(unpack_doc(p, doc));
     ++p.epoch;
   });
 }
@@ -296,7 +291,7 @@ lazyattn_status lazyattn_doc_info(lazyattn_pool pool, lazyattn_doc doc, int64_t*
   const char* w = "lazyattn_doc_info";
   return guarded(w, [&] {
     lazyattn_pool_t& p = pool_of(pool, w);
-    DocInfo info = p.pages.info(unpack_doc(doc));
+    DocInfo info = p.pages.info(unpack_doc(p, doc));
     if (length) *length = info.length;
     if (form) *form = static_cast<int32_t>(info.form);
     if (committed) *committed = info.committed ? 1 : 0;
@@ -329,7 +324,7 @@ lazyattn_status lazyattn_tail_create(lazyattn_pool pool, int32_t form, lazyattn_
     check_out(out, w);
     TailHandle t = p.pages.create_tail(checked_form(form, w, true));
     ++p.epoch;
-    *out = pack_handle(t.slot, t.generation);
+    *out = pack_handle(p, t);
   });
 }
 
@@ -338,7 +333,7 @@ lazyattn_status lazyattn_tail_reserve(lazyattn_pool pool, lazyattn_tail tail, in
   const char* w = "lazyattn_tail_reserve";
   return guarded(w, [&] {
     lazyattn_pool_t& p = pool_of(pool, w);
-    std::int64_t f = p.pages.reserve(unpack_tail(tail), n);
+    std::int64_t f = p.pages.reserve(unpack_tail(p, tail), n);
     ++p.epoch;
     if (first) *first = f;
   });
@@ -348,7 +343,7 @@ lazyattn_status lazyattn_tail_release(lazyattn_pool pool, lazyattn_tail tail) {
   const char* w = "lazyattn_tail_release";
   return guarded(w, [&] {
     lazyattn_pool_t& p = pool_of(pool, w);
-    p.pages.release(unpack_tail(tail));
+    p.pages.release(unpack_tail(p, tail));
     ++p.epoch;
   });
 }
@@ -358,7 +353,7 @@ lazyattn_status lazyattn_tail_info(lazyattn_pool pool, lazyattn_tail tail, int64
   const char* w = "lazyattn_tail_info";
   return guarded(w, [&] {
     lazyattn_pool_t& p = pool_of(pool, w);
-    TailInfo info = p.pages.info(unpack_tail(tail));
+    TailInfo info = p.pages.info(unpack_tail(p, tail));
     if (length) *length = info.length;
     if (form) *form = static_cast<int32_t>(info.form);
   });

@@ -60,7 +60,9 @@ typedef struct lazyattn_rope_t* lazyattn_rope; /* a RoPE policy and its device f
 typedef struct lazyattn_plan_t* lazyattn_plan; /* a batch's packed page tables and schedule */
 
 /* Documents and tails are named by 64-bit handles (slot and generation); a handle kept past its
- * document's eviction or erasure, or its tail's release, is detected as stale. */
+ * document's eviction or erasure, or its tail's release, is detected as stale. A handle is only
+ * its own pool's: each pool mixes its own salt into its handles, so another pool's handle is
+ * refused as naming no slot or a stale one (the chance that it names a live one is 2^-64). */
 typedef uint64_t lazyattn_doc;
 typedef uint64_t lazyattn_tail;
 

@@ -27,12 +27,12 @@ ItemPages item_pages(const lazyattn_pool_t& pool, std::int32_t kind, std::uint64
                      const char* where, std::int32_t i) {
   try {
     if (kind == LAZYATTN_SEGMENT_DOCUMENT) {
-      DocInfo d = pool.pages.info(unpack_doc(handle));
+      DocInfo d = pool.pages.info(unpack_doc(pool, handle));
       return ItemPages{std::move(d.pages), d.length, d.form};
     }
     LAZYATTN_CHECK(kind == LAZYATTN_SEGMENT_TAIL, where, ": item ", i, " kind ", kind,
                    ", expected 0 (document) or 1 (tail)");
-    TailInfo t = pool.pages.info(unpack_tail(handle));
+    TailInfo t = pool.pages.info(unpack_tail(pool, handle));
     return ItemPages{std::move(t.pages), t.length, t.form};
   } catch (const Error& e) {
     std::string_view m = e.what();
@@ -181,14 +181,13 @@ lazyattn_status lazyattn_plan_create(lazyattn_pool pool, lazyattn_rope rope,
       for (int32_t i = segment_indptr[b]; i < segment_indptr[b + 1]; ++i) {
         const lazyattn_segment& s = segments[i];
         if (s.kind == LAZYATTN_SEGMENT_DOCUMENT) {
-          r.segments.push_back(Segment::document(unpack_doc(s.handle), s.length, s.start));
+          r.segments.push_back(Segment::document(unpack_doc(p, s.handle), s.length, s.start));
         } else if (s.kind == LAZYATTN_SEGMENT_TAIL) {
-          r.segments.push_back(Segment::of_tail(unpack_tail(s.handle), s.length, s.start));
+          r.segments.push_back(Segment::of_tail(unpack_tail(p, s.handle), s.length, s.start));
         } else {
           ::lazyattn::detail::throw_error(w, ": request ", b, " segment ", i - segment_indptr[b],
                                           " kind ", s.kind, ", expected 0 (document) or 1 (tail)");
         }
-        plan->segments.push_back(s);
       }
     }
     plan->plan = make_plan(p.pages, std::span<const RequestLayout>(layouts));

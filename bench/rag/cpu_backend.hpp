@@ -165,6 +165,7 @@ class CpuBackend final : public Backend {
                        (batch.plan && batch.plan->request_query_indptr.back() == ext_rows),
                    "rag::CpuBackend::forward: the plan's query rows do not match the extends' ",
                    ext_rows, " tokens");
+    if (batch.plan) check_plan_current(store_, *batch.plan, "rag::CpuBackend::forward");
     if (rows == 0) return;
 
     // Page lists and K rotations of the new tokens, fixed for the whole step.

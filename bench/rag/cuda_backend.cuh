@@ -29,6 +29,7 @@
 #include "lazyattn/cuda.cuh"
 #include "lazyattn/cuda/packer.hpp"
 #include "lazyattn/kv/plan.hpp"
+#include "lazyattn/kv/plan_ops.hpp"
 #include "lazyattn/rope/policy.hpp"
 #include "random.hpp"
 
@@ -220,6 +221,7 @@ class CudaBackend final : public DeviceBackend {
       if (batch.plan) append_plan(combined, *batch.plan);
       plan = &combined;
     }
+    if (plan) check_plan_current(*store_, *plan, "rag::CudaBackend::forward");
     const bool decode_step = options_.decode_kernel && batch.encodes.empty() && ext_rows == nb;
     if (decode_step) {
       device_plan_.upload(*plan, cuda::make_decode_schedule(*plan, c.num_kv_heads, decode_options_),

@@ -191,9 +191,10 @@ TEST_CASE("KvStore's failed calls name the bad value and change nothing", "[kv][
     bad([&] { s.commit(d); }, "KvStore::commit: " + stale);
     bad([&] { s.info(d); }, "KvStore::info: " + stale);
     CHECK_FALSE(s.is_live(d));
-    DocHandle nowhere{99, 0};
-    bad([&] { s.pin(nowhere); }, "doc(slot 99, generation 0) names no document slot");
-    DocHandle wrong_generation{a.slot, a.generation + 1};
+    DocHandle nowhere{99, 0, s.id()};
+    bad([&] { s.pin(nowhere); },
+        "doc(slot 99, generation 0, store " + std::to_string(s.id()) + ") names no document slot");
+    DocHandle wrong_generation{a.slot, a.generation + 1, a.store};
     bad([&] { s.info(wrong_generation); }, "stale document handle " + str(wrong_generation));
   }
 
@@ -238,7 +239,11 @@ TEST_CASE("KvStore's failed calls name the bad value and change nothing", "[kv][
     bad([&] { s.release(u); }, "KvStore::release: " + stale);
     bad([&] { s.info(u); }, "KvStore::info: " + stale);
     CHECK_FALSE(s.is_live(u));
-    bad([&] { s.reserve(TailHandle{77, 0}, 1); }, "tail(slot 77, generation 0) names no tail slot");
+    bad(
+        [&] {
+          s.reserve(TailHandle{77, 0, s.id()}, 1);
+        },
+        "tail(slot 77, generation 0, store " + std::to_string(s.id()) + ") names no tail slot");
     bad([&] { s.append(t, 0, k1, k1); }, "KvStore::append: n 0, expected in [1, 2^31 - 1]");
     bad([&] { s.append(t, 2, k1, k1); }, "k has " + std::to_string(elems(1)) + " elements");
     bad([&] { s.reserve(t, -1); }, "KvStore::reserve: n -1, expected in [1, 2^31 - 1]");

@@ -606,8 +606,8 @@ class StoreModel {
       }
       case 9: {
         op_name_ = "handle naming no slot";
-        DocHandle dh{1u << 30, 0};
-        TailHandle th{1u << 30, 0};
+        DocHandle dh{1u << 30, 0, store_->id()};
+        TailHandle th{1u << 30, 0, store_->id()};
         if (store_->is_live(dh) || store_->is_live(th)) fail("a bogus handle is live");
         if (chance(0.5)) return expect_error("names no document slot", [&] { store_->pin(dh); });
         return expect_error("names no tail slot", [&] { store_->reserve(th, 1); });

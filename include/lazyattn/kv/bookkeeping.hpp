@@ -21,6 +21,7 @@
 #pragma once
 
 #include <algorithm>
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <limits>
@@ -37,6 +38,18 @@
 #include "lazyattn/kv/types.hpp"
 
 namespace lazyattn {
+
+namespace detail {
+
+// Store ids: 1, 2, 3, ... in the order stores are made, never 0 and never reused in a process
+// (one counter per copy of the library: a C ABI library and a program beside it count apart, and
+// exchange no C++ handles).
+inline std::uint64_t next_store_id() {
+  static std::atomic<std::uint64_t> last{0};
+  return last.fetch_add(1, std::memory_order_relaxed) + 1;
+}
+
+}  // namespace detail
 
 struct DocInfo {
   DocKey key;
@@ -104,6 +117,9 @@ class KvBookkeeping {
   KvBookkeeping(const KvBookkeeping&) = delete;
   KvBookkeeping& operator=(const KvBookkeeping&) = delete;
 
+  // This store's identity, in every handle it gives (DocHandle::store, TailHandle::store) and in
+  // every plan made from it (Plan::store_id): a handle or plan of another store is refused.
+  std::uint64_t id() const { return id_; }
   const KvStoreConfig& config() const { return config_; }
   const PoolGeometry& geometry() const { return geometry_; }
   // Bytes one page holds: K and V, every layer and KV head.
@@ -130,7 +146,7 @@ class KvBookkeeping {
       return std::nullopt;
     }
     Doc& d = docs_[it->second];
-    DocHandle h{it->second, d.generation};
+    DocHandle h{it->second, d.generation, id_};
     if (pin) check_pinnable(h, d, "KvStore::find");
     ++stats_.hits;
     if (pin) pin_locked(h.slot, d);
@@ -184,9 +200,11 @@ class KvBookkeeping {
     remove_doc_locked(h.slot);
   }
 
+  // Whether h names a document of this store that is stored now (false for another store's).
   bool is_live(DocHandle h) const {
     std::lock_guard lock(mu_);
-    return h.slot < docs_.size() && docs_[h.slot].live && docs_[h.slot].generation == h.generation;
+    return h.store == id_ && h.slot < docs_.size() && docs_[h.slot].live &&
+           docs_[h.slot].generation == h.generation;
   }
 
   DocInfo info(DocHandle h) const {
@@ -222,7 +240,7 @@ class KvBookkeeping {
     t.length = 0;
     t.pages.clear();
     ++stats_.tails;
-    return TailHandle{slot, t.generation};
+    return TailHandle{slot, t.generation, id_};
   }
 
   // Extends a tail by n tokens whose K/V the caller writes itself; returns the old length, the
@@ -243,11 +261,12 @@ class KvBookkeeping {
     // A slot whose generation would wrap is retired, so no stale handle can ever match again.
     if (++t.generation != kRetiredGeneration) free_tail_slots_.push_back(h.slot);
     --stats_.tails;
+    ++removals_;
   }
 
   bool is_live(TailHandle h) const {
     std::lock_guard lock(mu_);
-    return h.slot < tails_.size() && tails_[h.slot].live &&
+    return h.store == id_ && h.slot < tails_.size() && tails_[h.slot].live &&
            tails_[h.slot].generation == h.generation;
   }
 
@@ -258,6 +277,15 @@ class KvBookkeeping {
   }
 
   // ---- accounting -----------------------------------------------------------------------------
+
+  // How many documents were removed (evicted or erased) and tails released so far: while it stays
+  // the same, every handle that was live is still live, with the same pages. A plan records it
+  // (Plan::store_removals), so that checking the plan at use costs nothing when nothing was
+  // removed since (check_plan_current).
+  std::uint64_t removals() const {
+    std::lock_guard lock(mu_);
+    return removals_;
+  }
 
   KvStoreStats stats() const {
     std::lock_guard lock(mu_);
@@ -468,7 +496,16 @@ class KvBookkeeping {
   Doc& doc_locked(DocHandle h, const char* where) {
     return const_cast<Doc&>(std::as_const(*this).doc_locked(h, where));
   }
+  // Another store's handle is refused before its slot is looked at: the slot would name one of
+  // this store's documents.
+  void check_store(std::uint64_t store, const char* where, const auto& h) const {
+    LAZYATTN_CHECK(store == id_, where, ": ", h,
+                   store == 0 ? " is no store's handle (store 0: a default or hand-made handle)"
+                              : " is a handle of another store",
+                   ", expected one of this store (store ", id_, ")");
+  }
   const Doc& doc_locked(DocHandle h, const char* where) const {
+    check_store(h.store, where, h);
     LAZYATTN_CHECK(h.slot < docs_.size(), where, ": ", h, " names no document slot (", docs_.size(),
                    " slots)");
     const Doc& d = docs_[h.slot];
@@ -482,6 +519,7 @@ class KvBookkeeping {
     return const_cast<Tail&>(std::as_const(*this).tail_locked(h, where));
   }
   const Tail& tail_locked(TailHandle h, const char* where) const {
+    check_store(h.store, where, h);
     LAZYATTN_CHECK(h.slot < tails_.size(), where, ": ", h, " names no tail slot (", tails_.size(),
                    " slots)");
     const Tail& t = tails_[h.slot];
@@ -538,6 +576,7 @@ class KvBookkeeping {
     // A slot whose generation would wrap is retired, so no stale handle can ever match again.
     if (++d.generation != kRetiredGeneration) free_doc_slots_.push_back(slot);
     --stats_.documents;
+    ++removals_;
   }
 
   // Capacity for one more element, growing geometrically (so that a run of inserts stays linear).
@@ -594,7 +633,7 @@ class KvBookkeeping {
     auto it = index_.find(IndexKey{key, form});
     if (it != index_.end()) {
       Doc& d = docs_[it->second];
-      DocHandle h{it->second, d.generation};
+      DocHandle h{it->second, d.generation, id_};
       LAZYATTN_CHECK(d.length == length, where, ": key ", key, " (", to_string(form),
                      ") is stored with length ", d.length, ", got length ", length,
                      " (same key, different content?)");
@@ -648,7 +687,7 @@ class KvBookkeeping {
     index_.insert(std::move(index_node));
     ++stats_.inserts;
     ++stats_.documents;
-    return InsertResult{DocHandle{slot, d.generation}, true};
+    return InsertResult{DocHandle{slot, d.generation, id_}, true};
   }
 
   std::int64_t reserve_locked(TailHandle h, std::int64_t n, const char* where) {
@@ -665,6 +704,7 @@ class KvBookkeeping {
     return first;
   }
 
+  const std::uint64_t id_ = detail::next_store_id();
   KvStoreConfig config_;
   PoolGeometry geometry_;
 
@@ -679,6 +719,7 @@ class KvBookkeeping {
   std::set<std::pair<std::uint64_t, std::uint32_t>> lru_;  // (last use, slot) of unpinned documents
   std::int64_t unpinned_pages_ = 0;  // pages of the documents in lru_: what eviction could free
   std::uint64_t clock_ = 0;
+  std::uint64_t removals_ = 0;  // documents removed and tails released: see removals()
   KvStoreStats stats_;
 };
 

@@ -9,6 +9,24 @@
 //              and sits at logical position segment_start[s] + i
 //   query r of request b (0-based within the request) is tail token
 //              tail_length - num_queries + r, at position query_position[b] + r
+//
+// A plan holds page ids, so it is only as good as the pages it names. It records where they came
+// from: the store (its id) and the documents and tails it read (sources, with their generations).
+// check_plan_current(store, plan) at use refuses a plan of another store, or one whose document
+// was evicted or erased, or whose tail was released, since it was made: those pages may hold
+// another document's keys now. A live handle of the same generation still owns the pages the plan
+// names (a document's pages never change while it is stored; a tail only gains pages), so the
+// check is exact. It costs one lock when nothing was removed since the plan was made (the store's
+// removal count), and one lookup per source otherwise.
+//
+// Why a check at use and not plans that pin: a plan is plain data that is copied, joined
+// (append_plan), packed and uploaded, and captured in CUDA graphs that outlive the host copy; a
+// pinning plan would have to own a reference to its store and unpin on destruction, which none of
+// those copies can. Pins also cannot hold tails (a tail's owner releases it), and a plan kept by
+// mistake would hold its documents' pages forever, where a stale one is refused with a message.
+// The caller still keeps the documents pinned for as long as it means to use the plan (the
+// layouts' and make_plan's contract); the check turns a slip into an error instead of attention
+// over another document's keys.
 #pragma once
 
 #include <algorithm>
@@ -47,6 +65,16 @@ struct PlanView {
   const std::int32_t* page_ids = nullptr;                // [segment_page_indptr[num_segments]]
 };
 
+// A document or tail a plan read, and how many of its keys: what check_plan_current re-checks.
+struct PlanSource {
+  SegmentKind kind = SegmentKind::kDocument;
+  DocHandle doc;    // kind == kDocument
+  TailHandle tail;  // kind == kTail
+  std::int64_t length = 0;
+
+  static PlanSource of(const Segment& s) { return PlanSource{s.kind, s.doc, s.tail, s.length}; }
+};
+
 // Owning plan, host memory.
 struct Plan {
   std::int32_t page_size = 0;
@@ -62,6 +90,12 @@ struct Plan {
   std::vector<std::uint8_t> segment_form;
   std::vector<std::uint8_t> segment_kind;
   std::vector<std::int32_t> page_ids;
+  // Where the pages came from (host only, not in the view): the store the plan was made from (0:
+  // a plan built by hand, whose pages its maker vouches for and nothing checks), the store's
+  // removals() then, and the documents and tails read, in the order read.
+  std::uint64_t store_id = 0;
+  std::uint64_t store_removals = 0;
+  std::vector<PlanSource> sources;
 
   std::int32_t num_requests() const {
     return static_cast<std::int32_t>(request_segment_indptr.size() - 1);
@@ -117,6 +151,10 @@ inline Plan make_plan(const KvBookkeeping& store, std::span<const RequestLayout>
                  " requests, expected fewer than 2^31 - 1");
   Plan plan;
   plan.page_size = store.config().page_size;
+  plan.store_id = store.id();
+  // Read before any segment: a removal while the plan is made moves the count past this, so
+  // check_plan_current looks at every source then.
+  plan.store_removals = store.removals();
   std::int64_t total_queries = 0;
   for (std::size_t b = 0; b < requests.size(); ++b) {
     const RequestLayout& r = requests[b];
@@ -171,6 +209,7 @@ inline Plan make_plan(const KvBookkeeping& store, std::span<const RequestLayout>
       plan.segment_start.push_back(s.start);
       plan.segment_form.push_back(static_cast<std::uint8_t>(form));
       plan.segment_kind.push_back(static_cast<std::uint8_t>(s.kind));
+      plan.sources.push_back(PlanSource::of(s));
       kv_length += s.length;
       if (s.length > 0) rope_length = std::max(rope_length, s.start + s.length);
     }
@@ -189,6 +228,31 @@ inline Plan make_plan(const KvBookkeeping& store, std::span<const RequestLayout>
 
 inline Plan make_plan(const KvBookkeeping& store, const RequestLayout& request) {
   return make_plan(store, std::span<const RequestLayout>(&request, 1));
+}
+
+// Throws unless the plan's pages are still those it was made for in `store` (see the top of this
+// file): the plan is of this store, and every document and tail it read is still stored, with
+// the generation it had (so not evicted, erased or released since, its slot perhaps reused).
+// A plan built by hand (store_id 0) passes unchecked. `where` names the caller for the message.
+inline void check_plan_current(const KvBookkeeping& store, const Plan& plan,
+                               const char* where = "check_plan_current") {
+  if (plan.store_id == 0) return;
+  LAZYATTN_CHECK(plan.store_id == store.id(), where, ": the plan was made from store ",
+                 plan.store_id, ", expected one of this store (store ", store.id(),
+                 "): its page ids index another pool");
+  if (store.removals() == plan.store_removals) return;  // nothing removed: every source holds
+  for (std::size_t i = 0; i < plan.sources.size(); ++i) {
+    const PlanSource& s = plan.sources[i];
+    if (s.kind == SegmentKind::kDocument) {
+      LAZYATTN_CHECK(store.is_live(s.doc), where, ": plan source ", i, " ", s.doc,
+                     " was evicted or erased since the plan was made, expected a plan whose "
+                     "documents stay stored (pin them); make a new plan");
+    } else {
+      LAZYATTN_CHECK(store.is_live(s.tail), where, ": plan source ", i, " ", s.tail,
+                     " was released since the plan was made, expected a plan whose tails stay "
+                     "live; make a new plan");
+    }
+  }
 }
 
 }  // namespace lazyattn

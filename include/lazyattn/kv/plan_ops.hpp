@@ -4,6 +4,7 @@
 // value; on a throw the destination is unchanged.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <limits>
@@ -105,6 +106,8 @@ inline Plan encode_plan(const KvBookkeeping& store, std::span<const DocHandle> d
                  documents.size(), " documents, expected fewer than 2^31 - 1");
   Plan p;
   p.page_size = store.config().page_size;
+  p.store_id = store.id();
+  p.store_removals = store.removals();  // before any document is read, as make_plan does
   std::int64_t queries = 0;
   for (std::size_t j = 0; j < documents.size(); ++j) {
     DocInfo d;
@@ -131,13 +134,16 @@ inline Plan encode_plan(const KvBookkeeping& store, std::span<const DocHandle> d
     p.request_kv_length.push_back(d.length);
     p.request_query_position.push_back(0);
     p.request_rope_length.push_back(d.length);
+    p.sources.push_back(PlanSource{SegmentKind::kDocument, documents[j], {}, d.length});
   }
   return p;
 }
 
 // Appends src's requests to dst's, shifting src's segment, page and query indices: one plan, and
 // one launch, for two batches (document encodings and a step's requests, say). The plans must
-// share the page size (a default-constructed dst, page_size 0, takes src's).
+// share the page size (a default-constructed dst, page_size 0, takes src's) and come from one
+// store: the result's sources are both plans', checked at use against the older removal count. A
+// plan built by hand (store_id 0) joins a store's plan unchecked, as it would be alone.
 inline void append_plan(Plan& dst, const Plan& src) {
   constexpr const char* w = "append_plan";
   check_plan_arrays(src, "append_plan: src");
@@ -146,6 +152,9 @@ inline void append_plan(Plan& dst, const Plan& src) {
   if (!dst_empty) check_plan_arrays(dst, "append_plan: dst");
   LAZYATTN_CHECK(dst_empty || dst.page_size == src.page_size, w, ": src page_size ", src.page_size,
                  ", expected dst's ", dst.page_size);
+  LAZYATTN_CHECK(dst.store_id == 0 || src.store_id == 0 || dst.store_id == src.store_id, w,
+                 ": src was made from store ", src.store_id, ", dst from store ", dst.store_id,
+                 ", expected plans of one store (page ids index one pool)");
   auto fits = [&](const char* what, std::int64_t a, std::int64_t b) {
     LAZYATTN_CHECK(a + b <= detail::kMaxPlanIndex, w, ": ", a, " + ", b, " ", what,
                    ", expected at most 2^31 - 1 in one plan");
@@ -178,6 +187,12 @@ inline void append_plan(Plan& dst, const Plan& src) {
     out.segment_kind.push_back(src.segment_kind[i]);
   }
   out.page_ids.insert(out.page_ids.end(), src.page_ids.begin(), src.page_ids.end());
+  if (src.store_id != 0) {
+    out.store_removals =
+        dst.store_id == 0 ? src.store_removals : std::min(dst.store_removals, src.store_removals);
+    out.store_id = src.store_id;
+  }
+  out.sources.insert(out.sources.end(), src.sources.begin(), src.sources.end());
   dst = std::move(out);
 }
 
@@ -195,6 +210,9 @@ inline void coalesce_document_segments(Plan& plan) {
   const auto document = static_cast<std::uint8_t>(SegmentKind::kDocument);
   Plan out;
   out.page_size = plan.page_size;
+  out.store_id = plan.store_id;  // the same pages from the same documents and tails
+  out.store_removals = plan.store_removals;
+  out.sources = plan.sources;
   out.request_query_indptr = plan.request_query_indptr;
   out.request_kv_length = plan.request_kv_length;
   out.request_query_position = plan.request_query_position;

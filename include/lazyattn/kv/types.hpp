@@ -20,26 +20,32 @@ struct KvStoreConfig {
   std::int64_t num_pages = 1024;   // the page budget: every document and tail page comes from it
 };
 
-// A document's place in the store. `generation` changes whenever the slot is reused, so a handle
-// kept past its document's eviction is detected as stale instead of reading another document.
+// A document's place in a store. `generation` changes whenever the slot is reused, so a handle
+// kept past its document's eviction is detected as stale instead of reading another document;
+// `store` is the id of the store that gave it (KvBookkeeping::id(), never 0), so that another
+// store refuses it instead of reading its own document in that slot.
 struct DocHandle {
   std::uint32_t slot = 0xffffffffu;
   std::uint32_t generation = 0;
+  std::uint64_t store = 0;  // 0: no store's (a default handle)
   friend bool operator==(const DocHandle&, const DocHandle&) = default;
 };
 
-// A request's private tail (its question and generated tokens).
+// A request's private tail (its question and generated tokens), with the same three parts.
 struct TailHandle {
   std::uint32_t slot = 0xffffffffu;
   std::uint32_t generation = 0;
+  std::uint64_t store = 0;
   friend bool operator==(const TailHandle&, const TailHandle&) = default;
 };
 
 inline std::ostream& operator<<(std::ostream& os, DocHandle h) {
-  return os << "doc(slot " << h.slot << ", generation " << h.generation << ")";
+  return os << "doc(slot " << h.slot << ", generation " << h.generation << ", store " << h.store
+            << ")";
 }
 inline std::ostream& operator<<(std::ostream& os, TailHandle h) {
-  return os << "tail(slot " << h.slot << ", generation " << h.generation << ")";
+  return os << "tail(slot " << h.slot << ", generation " << h.generation << ", store " << h.store
+            << ")";
 }
 
 struct KvStoreStats {
