@@ -3,6 +3,7 @@
 #pragma once
 
 #include "lazyattn/kv/bookkeeping.hpp"
+#include "lazyattn/kv/checks.hpp"
 #include "lazyattn/kv/doc_key.hpp"
 #include "lazyattn/kv/layout.hpp"
 #include "lazyattn/kv/plan.hpp"

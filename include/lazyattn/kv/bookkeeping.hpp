@@ -34,6 +34,7 @@
 
 #include "lazyattn/dtype.hpp"
 #include "lazyattn/error.hpp"
+#include "lazyattn/kv/checks.hpp"
 #include "lazyattn/kv/doc_key.hpp"
 #include "lazyattn/kv/types.hpp"
 
@@ -51,62 +52,12 @@ inline std::uint64_t next_store_id() {
 
 }  // namespace detail
 
-struct DocInfo {
-  DocKey key;
-  StorageForm form = StorageForm::kRaw;
-  std::int64_t length = 0;
-  std::int32_t pins = 0;
-  bool committed = false;
-  std::vector<std::int32_t> pages;  // [ceil(length / page_size)]
-  std::uint64_t last_use = 0;  // the store's clock at its last use: the LRU order of unpinned ones
-};
-
-struct TailInfo {
-  StorageForm form = StorageForm::kLocal;
-  std::int64_t length = 0;
-  std::vector<std::int32_t> pages;  // [ceil(length / page_size)]
-};
-
-struct InsertResult {
-  DocHandle handle;
-  bool inserted = false;  // false: the key was already stored and nothing was copied
-};
-
 class KvBookkeeping {
  public:
-  // Checks the configuration: the geometry of the K/V pools the pages index (wherever they live),
-  // whose byte size must fit in int64.
-  explicit KvBookkeeping(const KvStoreConfig& config) : config_(config) {
-    const char* w = "KvStore";
-    LAZYATTN_CHECK(config.num_layers >= 1, w, ": num_layers ", config.num_layers,
-                   ", expected >= 1");
-    LAZYATTN_CHECK(config.num_kv_heads >= 1, w, ": num_kv_heads ", config.num_kv_heads,
-                   ", expected >= 1");
-    LAZYATTN_CHECK(config.head_dim >= 2 && config.head_dim % 2 == 0 && config.head_dim <= 1024, w,
-                   ": head_dim ", config.head_dim, ", expected an even number in [2, 1024]");
-    LAZYATTN_CHECK(config.page_size >= 1 && config.page_size <= 1024 &&
-                       (config.page_size & (config.page_size - 1)) == 0,
-                   w, ": page_size ", config.page_size, ", expected a power of two in [1, 1024]");
-    LAZYATTN_CHECK(config.num_pages >= 1 && config.num_pages <= std::numeric_limits<int>::max(), w,
-                   ": num_pages ", config.num_pages, ", expected in [1, 2^31 - 1]");
-    LAZYATTN_CHECK(config.dtype == DType::kFloat32 || config.dtype == DType::kFloat16 ||
-                       config.dtype == DType::kBFloat16,
-                   w, ": dtype ", static_cast<int>(config.dtype),
-                   ", expected float32, float16 or bfloat16");
-    geometry_ = PoolGeometry{config.num_layers, config.num_kv_heads, config.head_dim,
-                             config.page_size, config.num_pages};
-    // The product is checked factor by factor: an overflow here would size the pools too small
-    // and every later offset would run past them.
-    std::int64_t bytes = 1;
-    for (std::int64_t f : {std::int64_t{config.num_layers}, config.num_pages,
-                           std::int64_t{config.num_kv_heads}, std::int64_t{config.page_size},
-                           std::int64_t{config.head_dim}, std::int64_t{size_of(config.dtype)}}) {
-      LAZYATTN_CHECK(!__builtin_mul_overflow(bytes, f, &bytes), w, ": a pool of num_layers ",
-                     config.num_layers, " x num_pages ", config.num_pages, " x num_kv_heads ",
-                     config.num_kv_heads, " x page_size ", config.page_size, " x head_dim ",
-                     config.head_dim, " x ", size_of(config.dtype),
-                     " bytes overflows int64, expected fewer pages");
-    }
+  // Checks the configuration (check_config): the geometry of the K/V pools the pages index,
+  // wherever they live.
+  explicit KvBookkeeping(const KvStoreConfig& config)
+      : config_(config), geometry_(check_config(config)) {
     page_owner_.assign(static_cast<std::size_t>(config.num_pages), kFree);
     free_pages_.reserve(static_cast<std::size_t>(config.num_pages));
     // Hand out low page ids first: reversed, so pop_back() yields 0, 1, 2, ...
@@ -138,7 +89,7 @@ class KvBookkeeping {
   // document is pinned before the lock is dropped, so it cannot be evicted in between. A document
   // that was allocate()d but not yet committed is found too: check info().committed.
   std::optional<DocHandle> find(const DocKey& key, StorageForm form, bool pin = false) {
-    check_form("KvStore::find", form);
+    detail::check_storage_form("KvStore::find", form);
     std::lock_guard lock(mu_);
     auto it = index_.find(IndexKey{key, form});
     if (it == index_.end()) {
@@ -158,7 +109,7 @@ class KvBookkeeping {
   // returns it pinned. Until commit(), plans refuse it. An existing (key, form) is returned as in
   // insert(), pinned, with inserted = false.
   InsertResult allocate(const DocKey& key, StorageForm form, std::int64_t length) {
-    check_form("KvStore::allocate", form);
+    detail::check_storage_form("KvStore::allocate", form);
     check_document_length("KvStore::allocate", length);
     std::lock_guard lock(mu_);
     return allocate_locked(key, form, length, true, "KvStore::allocate");
@@ -219,7 +170,7 @@ class KvBookkeeping {
   // positions 0, 1, ...), raw, or absolute (K rotated at its logical positions). No default: a
   // tail filled in another form than it was made in attends wrongly with no error.
   TailHandle create_tail(StorageForm form) {
-    check_form("KvStore::create_tail", form, /*tail=*/true);
+    detail::check_storage_form("KvStore::create_tail", form, /*tail=*/true);
     std::lock_guard lock(mu_);
     std::uint32_t slot;
     if (!free_tail_slots_.empty()) {
@@ -246,7 +197,7 @@ class KvBookkeeping {
   // Extends a tail by n tokens whose K/V the caller writes itself; returns the old length, the
   // index of the first new token.
   std::int64_t reserve(TailHandle h, std::int64_t n) {
-    check_count("KvStore::reserve", "n", n);
+    detail::check_token_count("KvStore::reserve", "n", n);
     std::lock_guard lock(mu_);
     return reserve_locked(h, n, "KvStore::reserve");
   }
@@ -299,88 +250,12 @@ class KvBookkeeping {
   // Checks the bookkeeping: every page is free or owned by exactly the document or tail whose page
   // list holds it, page lists match lengths, the LRU set holds exactly the unpinned documents, the
   // index, the free slot lists and the counters agree with the slots. Throws lazyattn::Error
-  // naming the first inconsistency. For tests; O(pages + documents + tails).
-  void validate() const {
-    const char* w = "KvStore::validate";
-    std::lock_guard lock(mu_);
-    std::vector<std::int32_t> owner(static_cast<std::size_t>(config_.num_pages), kFree);
-    auto claim = [&](std::int32_t page, std::int32_t who) {
-      LAZYATTN_CHECK(page >= 0 && page < config_.num_pages, w, ": page ", page, " out of range");
-      LAZYATTN_CHECK(owner[page] == kFree, w, ": page ", page, " owned twice");
-      owner[page] = who;
-    };
-    std::int64_t live = 0, pinned = 0, unpinned = 0, unpinned_pages = 0, retired = 0;
-    for (std::size_t s = 0; s < docs_.size(); ++s) {
-      const Doc& d = docs_[s];
-      LAZYATTN_CHECK(d.generation <= kRetiredGeneration, w, ": document slot ", s,
-                     " past the last generation");
-      if (d.generation == kRetiredGeneration) ++retired;
-      if (!d.live) {
-        LAZYATTN_CHECK(d.pages.empty(), w, ": empty document slot ", s, " holds pages");
-        continue;
-      }
-      ++live;
-      LAZYATTN_CHECK(d.length >= 1 && d.length <= kMaxLength, w, ": document slot ", s,
-                     " has length ", d.length);
-      LAZYATTN_CHECK(static_cast<std::int64_t>(d.pages.size()) == pages_for(d.length), w,
-                     ": document slot ", s, " has ", d.pages.size(), " pages for length ",
-                     d.length);
-      LAZYATTN_CHECK(d.pins >= 0, w, ": document slot ", s, " has pin count ", d.pins);
-      LAZYATTN_CHECK(d.last_use <= clock_, w, ": document slot ", s, " used in the future");
-      for (std::int32_t p : d.pages) claim(p, doc_owner(static_cast<std::uint32_t>(s)));
-      if (d.pins == 0) {
-        ++unpinned;
-        unpinned_pages += static_cast<std::int64_t>(d.pages.size());
-        LAZYATTN_CHECK(lru_.count({d.last_use, static_cast<std::uint32_t>(s)}) == 1, w,
-                       ": unpinned document slot ", s, " missing from LRU");
-      } else {
-        ++pinned;
-      }
-      auto it = index_.find(IndexKey{d.key, d.form});
-      LAZYATTN_CHECK(it != index_.end() && it->second == s, w, ": document slot ", s,
-                     " not indexed");
-    }
-    LAZYATTN_CHECK(static_cast<std::int64_t>(index_.size()) == live, w, ": index holds ",
-                   index_.size(), " keys, expected ", live);
-    LAZYATTN_CHECK(static_cast<std::int64_t>(lru_.size()) == unpinned, w, ": LRU holds ",
-                   lru_.size(), " entries, expected ", unpinned);
-    LAZYATTN_CHECK(unpinned_pages_ == unpinned_pages, w, ": ", unpinned_pages_,
-                   " pages counted as evictable, expected ", unpinned_pages);
-    LAZYATTN_CHECK(stats_.documents == live && stats_.pinned_documents == pinned, w,
-                   ": stats count ", stats_.documents, " documents (", stats_.pinned_documents,
-                   " pinned), expected ", live, " (", pinned, " pinned)");
-    check_free_slots(docs_, free_doc_slots_, live + retired, "document");
-    std::int64_t live_tails = 0;
-    retired = 0;
-    for (std::size_t s = 0; s < tails_.size(); ++s) {
-      const Tail& t = tails_[s];
-      if (t.generation == kRetiredGeneration) ++retired;
-      if (!t.live) {
-        LAZYATTN_CHECK(t.pages.empty() && t.length == 0, w, ": empty tail slot ", s,
-                       " holds tokens");
-        continue;
-      }
-      ++live_tails;
-      LAZYATTN_CHECK(t.length >= 0 && t.length <= kMaxLength, w, ": tail slot ", s, " has length ",
-                     t.length);
-      LAZYATTN_CHECK(static_cast<std::int64_t>(t.pages.size()) == pages_for(t.length), w,
-                     ": tail slot ", s, " has ", t.pages.size(), " pages for length ", t.length);
-      for (std::int32_t p : t.pages) claim(p, tail_owner(static_cast<std::uint32_t>(s)));
-    }
-    LAZYATTN_CHECK(stats_.tails == live_tails, w, ": stats count ", stats_.tails,
-                   " tails, expected ", live_tails);
-    check_free_slots(tails_, free_tail_slots_, live_tails + retired, "tail");
-    for (std::int32_t p : free_pages_) claim(p, kFreeListed);
-    for (std::int64_t p = 0; p < config_.num_pages; ++p) {
-      LAZYATTN_CHECK(owner[p] != kFree, w, ": page ", p, " leaked");
-      std::int32_t expected = owner[p] == kFreeListed ? kFree : owner[p];
-      LAZYATTN_CHECK(page_owner_[p] == expected, w, ": page ", p, " owner table says ",
-                     page_owner_[p], ", expected ", expected);
-    }
-  }
+  // naming the first inconsistency. For tests; O(pages + documents + tails). Defined in
+  // kv/bookkeeping_validate.hpp.
+  void validate() const;
 
  protected:
-  static constexpr std::int64_t kMaxLength = std::numeric_limits<std::int32_t>::max();
+  static constexpr std::int64_t kMaxLength = detail::kMaxTokens;
 
   // KvStore's insert(): allocate() and the copy of the document's K/V into its pages as one call
   // under the lock, then committed. fill(pages) must not throw: everything that could fail was
@@ -406,23 +281,9 @@ class KvBookkeeping {
     fill(std::as_const(tails_[h.slot].pages), first);
   }
 
-  // Documents are raw or local; a tail may also be absolute (K rotated at its logical positions).
-  static void check_form(const char* where, StorageForm form, bool tail = false) {
-    if (tail && form == StorageForm::kAbsolute) return;
-    LAZYATTN_CHECK(form == StorageForm::kRaw || form == StorageForm::kLocal, where,
-                   ": storage form ", static_cast<int>(form), ", expected raw (0) or local (1)",
-                   tail ? " or absolute (2)" : " (absolute form is for tails only)");
-  }
-
-  // A token count: at least one, at most what a length can hold (int32, as plans store it).
-  static void check_count(const char* where, const char* name, std::int64_t n) {
-    LAZYATTN_CHECK(n >= 1 && n <= kMaxLength, where, ": ", name, " ", n,
-                   ", expected in [1, 2^31 - 1]");
-  }
-
   // A document longer than the whole pool can never be stored, however much is evicted.
   void check_document_length(const char* where, std::int64_t length) const {
-    check_count(where, "length", length);
+    detail::check_token_count(where, "length", length);
     LAZYATTN_CHECK(pages_for(length) <= config_.num_pages, where, ": length ", length, " needs ",
                    pages_for(length), " pages, expected at most the store's num_pages ",
                    config_.num_pages);
@@ -471,22 +332,10 @@ class KvBookkeeping {
     return -3 - static_cast<std::int32_t>(slot);
   }
 
-  // Every free slot is an empty, unretired slot named once; every other slot is live or retired.
+  // validate()'s check of a free-slot list (bookkeeping_validate.hpp).
   template <class Slot>
   void check_free_slots(const std::vector<Slot>& slots, const std::vector<std::uint32_t>& free,
-                        std::int64_t live_or_retired, const char* what) const {
-    std::vector<bool> seen(slots.size(), false);
-    for (std::uint32_t s : free) {
-      LAZYATTN_CHECK(s < slots.size() && !slots[s].live && !seen[s] &&
-                         slots[s].generation != kRetiredGeneration,
-                     "KvStore::validate: free ", what, " slot ", s, " is not a free slot");
-      seen[s] = true;
-    }
-    LAZYATTN_CHECK(static_cast<std::int64_t>(free.size()) + live_or_retired ==
-                       static_cast<std::int64_t>(slots.size()),
-                   "KvStore::validate: ", free.size(), " free ", what, " slots and ",
-                   live_or_retired, " live or retired, expected ", slots.size(), " in all");
-  }
+                        std::int64_t live_or_retired, const char* what) const;
 
   void check_pinnable(DocHandle h, const Doc& d, const char* where) const {
     LAZYATTN_CHECK(d.pins < std::numeric_limits<std::int32_t>::max(), where, ": ", h, " is pinned ",
@@ -724,3 +573,7 @@ class KvBookkeeping {
 };
 
 }  // namespace lazyattn
+
+// validate(), out of line: the invariants are their own idea, and this header stays the
+// bookkeeping.
+#include "lazyattn/kv/bookkeeping_validate.hpp"  // IWYU pragma: export

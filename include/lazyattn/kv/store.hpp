@@ -25,6 +25,7 @@
 #include "lazyattn/dtype.hpp"
 #include "lazyattn/error.hpp"
 #include "lazyattn/kv/bookkeeping.hpp"
+#include "lazyattn/kv/checks.hpp"
 #include "lazyattn/kv/doc_key.hpp"
 #include "lazyattn/kv/types.hpp"
 
@@ -57,7 +58,7 @@ class KvStore final : public KvBookkeeping {
   template <StorageElement T>
   InsertResult insert(const DocKey& key, StorageForm form, std::int64_t length,
                       std::span<const T> k, std::span<const T> v, bool pin = false) {
-    check_form("KvStore::insert", form);
+    detail::check_storage_form("KvStore::insert", form);
     check_tokens("KvStore::insert", "length", length, k.size(), v.size());
     return allocate_and_fill(
         key, form, length, pin, "KvStore::insert",
@@ -151,7 +152,7 @@ class KvStore final : public KvBookkeeping {
   void check_tokens(const char* where, const char* name, std::int64_t n, std::size_t k_size,
                     std::size_t v_size) const {
     const KvStoreConfig& c = config();
-    check_count(where, name, n);
+    detail::check_token_count(where, name, n);
     LAZYATTN_CHECK(pages_for(n) <= c.num_pages, where, ": ", name, " ", n, " needs ", pages_for(n),
                    " pages, expected at most the store's num_pages ", c.num_pages);
     std::size_t expected = static_cast<std::size_t>(c.num_layers) * static_cast<std::size_t>(n) *

@@ -1,12 +1,14 @@
-// Plain types of the paged KV store: its configuration, handles, statistics, and the geometry of
-// the page pool that kernels index with.
+// Plain types of the paged KV store: its configuration, handles, what its calls return,
+// statistics, and the geometry of the page pool that kernels index with.
 #pragma once
 
 #include <cstdint>
 #include <ostream>
+#include <vector>
 
 #include "lazyattn/config.hpp"
 #include "lazyattn/dtype.hpp"
+#include "lazyattn/kv/doc_key.hpp"
 #include "lazyattn/rope/types.hpp"
 
 namespace lazyattn {
@@ -47,6 +49,28 @@ inline std::ostream& operator<<(std::ostream& os, TailHandle h) {
   return os << "tail(slot " << h.slot << ", generation " << h.generation << ", store " << h.store
             << ")";
 }
+
+// What info() and insert() / allocate() return.
+struct DocInfo {
+  DocKey key;
+  StorageForm form = StorageForm::kRaw;
+  std::int64_t length = 0;
+  std::int32_t pins = 0;
+  bool committed = false;
+  std::vector<std::int32_t> pages;  // [ceil(length / page_size)]
+  std::uint64_t last_use = 0;  // the store's clock at its last use: the LRU order of unpinned ones
+};
+
+struct TailInfo {
+  StorageForm form = StorageForm::kLocal;
+  std::int64_t length = 0;
+  std::vector<std::int32_t> pages;  // [ceil(length / page_size)]
+};
+
+struct InsertResult {
+  DocHandle handle;
+  bool inserted = false;  // false: the key was already stored and nothing was copied
+};
 
 struct KvStoreStats {
   std::int64_t hits = 0;       // find() calls that found the document
