@@ -1,8 +1,9 @@
 // KvBookkeeping: the paged store's bookkeeping without K/V memory: documents under content keys
 // (dedupe, pins, LRU eviction of unpinned ones when pages run out), the requests' tails, every
-// page's owner, handles that detect reuse, and statistics. KvStore (store.hpp) adds host K/V pools
-// over it; where the K/V live elsewhere (device pools a kernel writes, the C ABI's pools) it is
-// used alone, with the same guarantees and no host copy of the pages.
+// page's owner, handles that detect reuse and name their store (id(): another store's handle is
+// refused), a count of removals that plans check against, and statistics. KvStore (store.hpp) adds
+// host K/V pools over it; where the K/V live elsewhere (device pools a kernel writes, the C ABI's
+// pools) it is used alone, with the same guarantees and no host copy of the pages.
 //
 // Thread safety: every member function that reads or changes the bookkeeping takes one internal
 // mutex, so any mix of calls from several threads is safe; config(), geometry(), page_bytes() and
