@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "internal.cuh"
+#include "lazyattn/cuda/support.hpp"
 #include "lazyattn/cuda/schedule.hpp"
 
 namespace lazyattn::capi {
@@ -197,8 +198,9 @@ lazyattn_status lazyattn_plan_create(lazyattn_pool pool, lazyattn_rope rope,
 
     DeviceScope scope(p.device);
     if (o.kind == LAZYATTN_PLAN_DECODE) {
-      LAZYATTN_CHECK(G <= 16, w, ": GQA group size ", G, " (", o.num_qo_heads, " / ", Hkv,
-                     "), expected <= 16 for decode");
+      LAZYATTN_CHECK(cuda::supports_decode_group(G), w, ": GQA group size ", G, " (",
+                     o.num_qo_heads, " / ", Hkv, "), expected <= ", cuda::kMaxDecodeGroup,
+                     " for decode");
       if (p.sm_count == 0) {
         p.sm_count = cuda::device_sm_count();
         p.ctas_per_sm = decode_ctas_per_sm(p.config.dtype, p.config.head_dim);
@@ -210,9 +212,8 @@ lazyattn_status lazyattn_plan_create(lazyattn_pool pool, lazyattn_rope rope,
       if (like) so.request_splits = like->schedule.request_num_splits;
       plan->schedule = cuda::make_decode_schedule(pl, Hkv, so);
     } else {
-      LAZYATTN_CHECK(cuda::kPrefillRowsPerQtile % G == 0 && (G & (G - 1)) == 0, w,
-                     ": GQA group size ", G, ", expected a power of two dividing ",
-                     cuda::kPrefillRowsPerQtile, " for prefill");
+      LAZYATTN_CHECK(cuda::supports_prefill_group(G), w, ": GQA group size ", G,
+                     ", expected a power of two dividing ", cuda::kPrefillTileRows, " for prefill");
       plan->schedule = cuda::make_prefill_schedule(pl, Hkv, G);
     }
     cuda::PlanHeadroom room;

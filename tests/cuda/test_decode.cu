@@ -403,6 +403,18 @@ TEST_CASE("decode rejects bad input naming the value", "[cuda][decode][errors]")
                           Catch::Contains("upload_for_decode"));
   }
   {
+    // A plan uploaded with its store is refused once a document it reads is erased (its pages
+    // may hold another document's keys by then); here, after a launch that runs.
+    cuda::DevicePlan checked;
+    cuda::upload_for_decode(checked, *sc.store, sc.plan, args);
+    cuda::decode(args, ds.pool, checked, ds.rope, ds.ws);
+    LAZYATTN_CUDA_CHECK(cudaDeviceSynchronize());
+    erase_first_document(sc);
+    CHECK_THROWS_WITH(cuda::decode(args, ds.pool, checked, ds.rope, ds.ws),
+                      Catch::Contains("cuda::decode") &&
+                          Catch::Contains("was evicted or erased since the plan was made"));
+  }
+  {
     // Raw-form keys are rotated by their offsets in a 64-key tile: a 16-row offset table is
     // refused, naming its size.
     cuda::DeviceRope short_table(sc.rope, 16);

@@ -468,4 +468,16 @@ inline Tolerance stored_tolerance(DType t) {
   return {};
 }
 
+// Erases the first document request 0 reads (make_scenario inserts each one pinned once), so
+// that sc.plan is no longer current in sc.store: its pages may be reused.
+inline void erase_first_document(Scenario& sc) {
+  const std::vector<Segment>& segs = sc.layouts.at(0).segments;
+  const auto doc = std::find_if(segs.begin(), segs.end(), [](const Segment& s) {
+    return s.kind == SegmentKind::kDocument;
+  });
+  LAZYATTN_CHECK(doc != segs.end(), "erase_first_document: request 0 reads no document");
+  sc.store->unpin(doc->doc);
+  sc.store->erase(doc->doc);
+}
+
 }  // namespace lazyattn::test::ref

@@ -283,3 +283,25 @@ TEST_CASE("dense_attention and encode_document: sizes, positions, rope_length", 
                 "negative dimension or more than 2^63 - 1 elements");
   }
 }
+
+TEST_CASE("attend: a plan of another store, or one whose document was erased since, is refused",
+          "[ref][errors]") {
+  Scenario sc = make_scenario(small_spec());
+  Scenario other = make_scenario(small_spec());  // the same geometry and page ids, another store
+  const AttentionParams p = sc.spec.params();
+  std::vector<float> out(sc.out_size()), lse(sc.lse_size());
+  for (const Impl* impl : {&kScalar, &kEigen}) {
+    INFO(impl->name);
+    CHECK_ERROR(impl->attend(*other.store, sc.plan, 1, sc.rope, p, sc.q, out, lse,
+                             Method::kDeferred),
+                "the plan was made from store " + std::to_string(sc.store->id()));
+  }
+  // Erase the first document the plan reads: its pages may be reused, so the plan is refused.
+  erase_first_document(sc);
+  for (const Impl* impl : {&kScalar, &kEigen}) {
+    INFO(impl->name);
+    CHECK_ERROR(impl->attend(*sc.store, sc.plan, 1, sc.rope, p, sc.q, out, lse,
+                             Method::kDeferred),
+                "was evicted or erased since the plan was made");
+  }
+}

@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <utility>
 #include <vector>
 
 #include "lazyattn/cuda/common.cuh"
@@ -50,8 +51,31 @@ class DevicePlan {
     bind(packed, buffer_.data());
   }
 
+  // As above, and remembers `store` (which must outlive this DevicePlan's use) and what the plan
+  // read of it: the launchers then refuse the plan once a document it reads was evicted or
+  // erased, or a tail it reads released, since it was made (check_current), so a planned launch
+  // never reads pages that were reused.
+  void upload(const KvBookkeeping& store, const Plan& plan, const DecodeSchedule& sched,
+              cudaStream_t stream = nullptr) {
+    check_plan_current(store, plan, "DevicePlan::upload");
+    Plan identity;
+    identity.store_id = plan.store_id;
+    identity.store_removals = plan.store_removals;
+    identity.sources = plan.sources;
+    upload(plan, sched, stream);
+    identity_ = std::move(identity);
+    store_ = &store;
+  }
+
+  // Throws (naming `where`) when the plan was uploaded with its store and is no longer current
+  // in it; a plan uploaded without one is not checked.
+  void check_current(const char* where) const {
+    if (store_) check_plan_current(*store_, identity_, where);
+  }
+
   // Reads the plan from `device`, a copy of packed.bytes the caller made (and keeps alive).
   void bind(const PackedPlan& packed, const void* device) {
+    store_ = nullptr;  // (upload with a store sets it again)
     view_ = packed.plan_at(device);
     sched_ = packed.schedule_at(device);
     has_raw_segments_ = packed.has_raw_segments;
@@ -71,6 +95,8 @@ class DevicePlan {
   bool has_raw_segments_ = false;
   bool single_segment_requests_ = false;
   DecodeScheduleView sched_;
+  const KvBookkeeping* store_ = nullptr;  // upload(store, ...): the store the plan is checked in
+  Plan identity_;                         // its store_id, store_removals and sources
   DeviceBuffer<std::byte> buffer_;
   void* staging_ = nullptr;
   std::size_t staging_bytes_ = 0;

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "lazyattn/cuda/support.hpp"
 #include "lazyattn/error.hpp"
 #include "lazyattn/kv/plan.hpp"
 
@@ -182,7 +183,7 @@ inline DecodeSchedule make_decode_schedule(const Plan& plan, int num_kv_heads,
 }
 
 // Query rows ((query, head-of-group) pairs) per prefill CTA, the rows_per_qtile cuda::prefill takes.
-inline constexpr int kPrefillRowsPerQtile = 128;
+inline constexpr int kPrefillRowsPerQtile = kPrefillTileRows;
 
 // The prefill schedule: the same key tiles, one work item per request spanning all of them (no
 // split), and the query tiles. Rows of a request are its (query, head-of-group) pairs, query-major:

@@ -122,11 +122,13 @@ void check_count(const char* where, const char* name, const V& v, std::int64_t e
 }
 
 // Checks that a plan is well formed against the store and the policy, so that the references can
-// index it without bounds checks: array sizes, page ids inside the pool, enough pages per segment,
-// one tail per request holding its queries at the positions the plan states, positions below
-// 2^62, and local-form segments only with schedules that allow them.
+// index it without bounds checks: a plan of this store whose documents and tails are still the
+// ones it read (check_plan_current), array sizes, page ids inside the pool, enough pages per
+// segment, one tail per request holding its queries at the positions the plan states, positions
+// below 2^62, and local-form segments only with schedules that allow them.
 inline void check_plan(const char* where, const KvStore& store, const Plan& plan,
                        const RopePolicy& rope) {
+  check_plan_current(store, plan, where);
   const KvStoreConfig& c = store.config();
   LAZYATTN_CHECK(plan.page_size == c.page_size, where, ": plan.page_size ", plan.page_size,
                  ", expected the store's page_size ", c.page_size);

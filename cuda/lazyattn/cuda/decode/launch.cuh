@@ -76,6 +76,7 @@ inline void decode(const DecodeArgs& args, const DevicePool& pool, const DeviceP
   const char* w = "cuda::decode";
   const AttentionParams& ap = args.params;
   ap.check(w);
+  plan.check_current(w);  // uploaded with its store: none of its pages reused since
   const PoolGeometry& geo = pool.geometry();
   LAZYATTN_CHECK(ap.num_kv_heads == geo.num_kv_heads, w, ": num_kv_heads ", ap.num_kv_heads,
                  ", expected the pool's ", geo.num_kv_heads);
@@ -239,6 +240,11 @@ inline DecodeSchedule decode_schedule(const Plan& plan, const AttentionParams& p
 inline void upload_for_decode(DevicePlan& device_plan, const Plan& plan, const DecodeArgs& args,
                               cudaStream_t stream = nullptr) {
   device_plan.upload(plan, decode_schedule(plan, args.params, args.dtype), stream);
+}
+// The same, with the plan checked in `store` at every launch (DevicePlan::check_current).
+inline void upload_for_decode(DevicePlan& device_plan, const KvBookkeeping& store, const Plan& plan,
+                              const DecodeArgs& args, cudaStream_t stream = nullptr) {
+  device_plan.upload(store, plan, decode_schedule(plan, args.params, args.dtype), stream);
 }
 
 }  // namespace lazyattn::cuda

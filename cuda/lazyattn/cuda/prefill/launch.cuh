@@ -102,6 +102,12 @@ inline void upload_for_prefill(DevicePlan& device_plan, const Plan& plan, const 
                                cudaStream_t stream = nullptr) {
   device_plan.upload(plan, prefill_schedule(plan, args.params), stream);
 }
+// The same, with the plan checked in `store` at every launch (DevicePlan::check_current).
+inline void upload_for_prefill(DevicePlan& device_plan, const KvBookkeeping& store,
+                               const Plan& plan, const PrefillArgs& args,
+                               cudaStream_t stream = nullptr) {
+  device_plan.upload(store, plan, prefill_schedule(plan, args.params), stream);
+}
 
 // The kernel prefill() launches for these arguments (kAuto resolved; throws where kWgmmaWs is
 // asked for and does not apply).
@@ -149,6 +155,7 @@ inline void prefill(const PrefillArgs& args, const DevicePool& pool, const Devic
   const char* w = "cuda::prefill";
   const AttentionParams& ap = args.params;
   ap.check(w);
+  plan.check_current(w);  // uploaded with its store: none of its pages reused since
   const PoolGeometry& geo = pool.geometry();
   LAZYATTN_CHECK(ap.num_kv_heads == geo.num_kv_heads, w, ": num_kv_heads ", ap.num_kv_heads,
                  ", expected the pool's ", geo.num_kv_heads);

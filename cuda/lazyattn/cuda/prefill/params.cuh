@@ -42,8 +42,7 @@ struct PrefillParams {
 
 namespace detail {
 
-inline constexpr int kPrefillRows = kPrefillRowsPerQtile;
-static_assert(kPrefillRows == kPrefillTileRows, "the schedule's query tiles are the kernels'");
+inline constexpr int kPrefillRows = kPrefillRowsPerQtile;  // = kPrefillTileRows (support.hpp)
 
 // The end of the key tiles a query tile reads: the request's, less the tail tiles wholly past its
 // last visible tail key. Those exist only when the tail is the request's last segment; then its
