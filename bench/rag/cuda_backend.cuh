@@ -451,7 +451,7 @@ class CudaBackend final : public DeviceBackend {
   // Everything the kernels cannot run is refused here, before the GPU is touched.
   static const ModelConfig& checked(const ModelConfig& c, const CudaBackendOptions& o) {
     const char* w = "rag::CudaBackend";
-    LAZYATTN_CHECK(c.head_dim == 64 || c.head_dim == 128 || c.head_dim == 256, w, ": config ",
+    LAZYATTN_CHECK(cuda::supports_head_dim(c.head_dim), w, ": config ",
                    c.name, " head_dim ", c.head_dim, ", expected one of ",
                    cuda::supported_head_dims(), " (the CUDA attention kernels' head dims)");
     LAZYATTN_CHECK(
