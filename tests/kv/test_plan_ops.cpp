@@ -10,6 +10,7 @@
 
 #include "kv/store_contents.hpp"
 #include "lazyattn/kv.hpp"
+#include "support/str.hpp"
 
 using namespace lazyattn;
 namespace tk = lazyattn::test::kv;
@@ -17,12 +18,7 @@ using Catch::Contains;
 
 namespace {
 
-template <class T>
-std::string str(const T& v) {
-  std::ostringstream os;
-  os << v;
-  return os.str();
-}
+using lazyattn::test::str;
 
 using V32 = std::vector<std::int32_t>;
 using V64 = std::vector<std::int64_t>;

@@ -11,18 +11,14 @@
 #include "kv/store_contents.hpp"
 #include "kv/store_state.hpp"
 #include "lazyattn/kv.hpp"
+#include "support/str.hpp"
 
 using namespace lazyattn;
 namespace tk = lazyattn::test::kv;
 
 namespace {
 
-template <class T>
-std::string str(const T& v) {
-  std::ostringstream os;
-  os << v;
-  return os.str();
-}
+using lazyattn::test::str;
 
 KvStoreConfig small_config() {
   KvStoreConfig c;

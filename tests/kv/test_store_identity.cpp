@@ -12,6 +12,7 @@
 #include "kv/store_contents.hpp"
 #include "kv/store_state.hpp"
 #include "lazyattn/kv.hpp"
+#include "support/str.hpp"
 
 using namespace lazyattn;
 namespace tk = lazyattn::test::kv;
@@ -19,12 +20,7 @@ using Catch::Contains;
 
 namespace {
 
-template <class T>
-std::string str(const T& v) {
-  std::ostringstream os;
-  os << v;
-  return os.str();
-}
+using lazyattn::test::str;
 
 KvStoreConfig config(std::int64_t num_pages) {
   KvStoreConfig c;

@@ -15,6 +15,7 @@
 #include "lazyattn/cuda/device_pool.cuh"
 #include "lazyattn/cuda/device_rope.cuh"
 #include "lazyattn/cuda/dispatch.cuh"
+#include "lazyattn/cuda/launch_common.cuh"
 #include "lazyattn/cuda/support.hpp"
 
 namespace lazyattn::cuda {
@@ -74,42 +75,22 @@ inline void decode(const DecodeArgs& args, const DevicePool& pool, const DeviceP
                    const DeviceRope& rope, const DecodeScratch& scratch,
                    cudaStream_t stream = nullptr) {
   const char* w = "cuda::decode";
+  detail::check_attention_args(w, args, pool, plan, rope, /*prefill=*/false);
   const AttentionParams& ap = args.params;
-  ap.check(w);
-  plan.check_current(w);  // uploaded with its store: none of its pages reused since
-  const PoolGeometry& geo = pool.geometry();
-  LAZYATTN_CHECK(ap.num_kv_heads == geo.num_kv_heads, w, ": num_kv_heads ", ap.num_kv_heads,
-                 ", expected the pool's ", geo.num_kv_heads);
-  LAZYATTN_CHECK(ap.head_dim == geo.head_dim, w, ": head_dim ", ap.head_dim,
-                 ", expected the pool's ", geo.head_dim);
-  LAZYATTN_CHECK(args.dtype == pool.dtype(), w, ": dtype ", to_string(args.dtype),
-                 ", expected the pool's ", to_string(pool.dtype()));
-  check_supported(w, args.dtype, ap, /*prefill=*/false);
-  LAZYATTN_CHECK(args.q && args.o, w, ": q and o must be device pointers, got null");
-  LAZYATTN_CHECK(reinterpret_cast<std::uintptr_t>(args.q) % 16 == 0, w,
-                 ": q must be 16-byte aligned (it is read in 16-byte vectors), its address is ",
-                 reinterpret_cast<std::uintptr_t>(args.q) % 16, " mod 16");
   const PlanView& pv = plan.view();
   LAZYATTN_CHECK(pv.num_queries == pv.num_requests, w, ": ", pv.num_queries, " queries for ",
                  pv.num_requests, " requests, expected one query per request");
-  LAZYATTN_CHECK(pv.page_size == geo.page_size, w, ": plan page_size ", pv.page_size,
-                 ", expected the pool's ", geo.page_size);
   LAZYATTN_CHECK(plan.schedule().tile_keys == detail::kDecodeTileKeys, w, ": schedule tile_keys ",
                  plan.schedule().tile_keys, ", expected ", detail::kDecodeTileKeys,
                  " (upload the plan with upload_for_decode)");
   LAZYATTN_CHECK(plan.schedule().rows_per_qtile == 0, w,
                  ": the plan was uploaded with a prefill schedule (rows_per_qtile ",
                  plan.schedule().rows_per_qtile, "), expected a decode one (upload_for_decode)");
-  const RopeView& rv = rope.view();
-  if (args.rope) {
-    rope.check_prepared(pv.num_requests, w);
-    LAZYATTN_CHECK(rope.policy().head_dim() == ap.head_dim, w, ": rope head_dim ",
-                   rope.policy().head_dim(), ", expected ", ap.head_dim);
-    check_supported_rotary(w, rv.rotary_dim, rv.interleaved != 0);
-    LAZYATTN_CHECK(rv.offset_rows >= detail::kDecodeTileKeys, w, ": rope offset table of ",
-                   rv.offset_rows, " rows, expected >= ", detail::kDecodeTileKeys,
+  if (args.rope)
+    LAZYATTN_CHECK(rope.view().offset_rows >= detail::kDecodeTileKeys, w,
+                   ": rope offset table of ", rope.view().offset_rows, " rows, expected >= ",
+                   detail::kDecodeTileKeys,
                    " (raw-form keys are rotated by their offsets in a tile; DeviceRope's default)");
-  }
   const DecodeScheduleView& sv = plan.schedule();
   if (sv.num_work == 0) return;
   // The fused merge stages [splits, group] lse values in the pipeline's shared memory (the
@@ -124,28 +105,11 @@ inline void decode(const DecodeArgs& args, const DevicePool& pool, const DeviceP
                  " partial states, but the split-KV scratch is null");
 
   DecodeParams p;
-  p.q = args.q;
-  p.o = args.o;
-  p.maybe_lse = args.maybe_lse;
-  p.query_rotated = args.query_rotated ? 1 : 0;
-  p.k_pool = pool.k_layer(args.layer);
-  p.v_pool = pool.v_layer(args.layer);
-  p.page_stride = geo.page_stride();
-  p.head_stride = geo.head_stride();
-  p.plan = pv;
-  p.sched = sv;
-  p.rope = rv;
-  if (args.inputs_scaled) p.rope.query_scale = 1.0f;
+  detail::fill_attention_params(p, args, pool, plan, rope);
   p.partial_o = scratch.partial_o;
   p.partial_lse = scratch.partial_lse;
   p.split_counters = scratch.split_counters;
-  p.sm_scale_log2 = static_cast<float>(ap.scale() * 1.4426950408889634);
-  p.num_qo_heads = ap.num_qo_heads;
   p.num_kv_heads = ap.num_kv_heads;
-  p.group_size = ap.group_size();
-  int log2_page = 0;
-  while ((1 << log2_page) < geo.page_size) ++log2_page;
-  p.page_size_log2 = log2_page;
 
   dispatch_dtype(args.dtype, [&](auto tag) {
     using E = decltype(tag);

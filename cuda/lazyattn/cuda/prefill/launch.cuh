@@ -14,6 +14,7 @@
 #include "lazyattn/cuda/device_pool.cuh"
 #include "lazyattn/cuda/device_rope.cuh"
 #include "lazyattn/cuda/dispatch.cuh"
+#include "lazyattn/cuda/launch_common.cuh"
 #include "lazyattn/cuda/support.hpp"
 #include "lazyattn/cuda/prefill/merge.cuh"
 #include "lazyattn/cuda/prefill/mma_sync.cuh"
@@ -153,21 +154,8 @@ inline void prefill(const PrefillArgs& args, const DevicePool& pool, const Devic
                     const DeviceRope& rope, const PrefillScratch& scratch,
                     cudaStream_t stream = nullptr) {
   const char* w = "cuda::prefill";
+  detail::check_attention_args(w, args, pool, plan, rope, /*prefill=*/true);
   const AttentionParams& ap = args.params;
-  ap.check(w);
-  plan.check_current(w);  // uploaded with its store: none of its pages reused since
-  const PoolGeometry& geo = pool.geometry();
-  LAZYATTN_CHECK(ap.num_kv_heads == geo.num_kv_heads, w, ": num_kv_heads ", ap.num_kv_heads,
-                 ", expected the pool's ", geo.num_kv_heads);
-  LAZYATTN_CHECK(ap.head_dim == geo.head_dim, w, ": head_dim ", ap.head_dim,
-                 ", expected the pool's ", geo.head_dim);
-  LAZYATTN_CHECK(args.dtype == pool.dtype(), w, ": dtype ", to_string(args.dtype),
-                 ", expected the pool's ", to_string(pool.dtype()));
-  check_supported(w, args.dtype, ap, /*prefill=*/true);
-  LAZYATTN_CHECK(args.q && args.o, w, ": q and o must be device pointers, got null");
-  LAZYATTN_CHECK(reinterpret_cast<std::uintptr_t>(args.q) % 16 == 0, w,
-                 ": q must be 16-byte aligned (it is read in 16-byte vectors), its address is ",
-                 reinterpret_cast<std::uintptr_t>(args.q) % 16, " mod 16");
   LAZYATTN_CHECK(args.kv_splits >= 0 && args.kv_splits <= 64, w, ": kv_splits ", args.kv_splits,
                  ", expected 0 (automatic) to 64");
   LAZYATTN_CHECK(args.kv_splits <= 1 || args.kv_splits <= scratch.max_splits, w,
@@ -180,38 +168,13 @@ inline void prefill(const PrefillArgs& args, const DevicePool& pool, const Devic
   LAZYATTN_CHECK(sv.rows_per_qtile == detail::kPrefillRows, w, ": schedule rows_per_qtile ",
                  sv.rows_per_qtile, ", expected ", detail::kPrefillRows,
                  " (upload the plan with upload_for_prefill)");
-  LAZYATTN_CHECK(pv.page_size == geo.page_size, w, ": plan page_size ", pv.page_size,
-                 ", expected the pool's ", geo.page_size);
-  const RopeView& rv = rope.view();
-  if (args.rope) {
-    rope.check_prepared(pv.num_requests, w);
-    LAZYATTN_CHECK(rope.policy().head_dim() == ap.head_dim, w, ": rope head_dim ",
-                   rope.policy().head_dim(), ", expected ", ap.head_dim);
-    check_supported_rotary(w, rv.rotary_dim, rv.interleaved != 0);
-    LAZYATTN_CHECK(rv.offset_rows >= 16, w, ": rope offset table of ", rv.offset_rows,
-                   " rows, expected >= 16 (DeviceRope's offset_rows)");
-  }
+  if (args.rope)
+    LAZYATTN_CHECK(rope.view().offset_rows >= 16, w, ": rope offset table of ",
+                   rope.view().offset_rows, " rows, expected >= 16 (DeviceRope's offset_rows)");
   if (sv.num_qtiles == 0) return;
 
   PrefillParams p;
-  p.q = args.q;
-  p.o = args.o;
-  p.maybe_lse = args.maybe_lse;
-  p.query_rotated = args.query_rotated ? 1 : 0;
-  p.k_pool = pool.k_layer(args.layer);
-  p.v_pool = pool.v_layer(args.layer);
-  p.page_stride = geo.page_stride();
-  p.head_stride = geo.head_stride();
-  p.plan = pv;
-  p.sched = sv;
-  p.rope = rv;
-  if (args.inputs_scaled) p.rope.query_scale = 1.0f;
-  p.sm_scale_log2 = static_cast<float>(ap.scale() * 1.4426950408889634);
-  p.num_qo_heads = ap.num_qo_heads;
-  p.group_size = ap.group_size();
-  int log2_page = 0;
-  while ((1 << log2_page) < geo.page_size) ++log2_page;
-  p.page_size_log2 = log2_page;
+  detail::fill_attention_params(p, args, pool, plan, rope);
   const PrefillKernel chosen = resolve_prefill_kernel(args, plan, rope);
   const bool wgmma = chosen == PrefillKernel::kWgmmaWs;
   int splits = args.kv_splits;
