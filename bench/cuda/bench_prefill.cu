@@ -7,8 +7,10 @@
 //                its tokens queries); FLOPs halved for the causal square
 //   modes        local (documents and tail in local form), raw (keys rotated in the kernel), and
 //                rope_off (pre-rotated keys and queries), each with the kernel PrefillKernel::kAuto
-//                picks (the label names it: wgmma_ws for local and rope_off, mma_sync for raw);
-//                local_mma and rope_off_mma force the mma.sync kernel
+//                picks (the label names it); local_mma, raw_mma and rope_off_mma force the
+//                mma.sync kernel; *_interleaved (GPT-J pairs) and *_partial (half the dims rotary,
+//                rotate-half) the other rotary layouts, in both forms (their RoPE-off baseline is
+//                rope_off: without RoPE the layout does not matter)
 //   splits       automatic key-range splits (a workspace is passed); LAZYATTN_BENCH_PREFILL_SPLITS=N
 //                forces N
 #include <benchmark/benchmark.h>
@@ -38,8 +40,11 @@ struct Shape {
   int tail_len;      // the request's own tokens, all of them queries
 };
 
-// *Mma: the mma.sync kernel forced (kAuto takes the wgmma kernel for these shapes' local form).
-enum class Mode { kLocal, kRaw, kRopeOff, kLocalMma, kRopeOffMma };
+// *Mma: the mma.sync kernel forced (kAuto takes the wgmma kernel at head dim 128).
+enum class Mode {
+  kLocal, kRaw, kRopeOff, kLocalMma, kRawMma, kRopeOffMma,
+  kLocalInterleaved, kRawInterleaved, kLocalPartial, kRawPartial
+};
 
 const char* name(Mode m) {
   switch (m) {
@@ -47,16 +52,25 @@ const char* name(Mode m) {
     case Mode::kRaw: return "raw";
     case Mode::kRopeOff: return "rope_off";
     case Mode::kLocalMma: return "local_mma";
+    case Mode::kRawMma: return "raw_mma";
     case Mode::kRopeOffMma: return "rope_off_mma";
+    case Mode::kLocalInterleaved: return "local_interleaved";
+    case Mode::kRawInterleaved: return "raw_interleaved";
+    case Mode::kLocalPartial: return "local_partial";
+    case Mode::kRawPartial: return "raw_partial";
   }
   return "?";
+}
+bool raw_mode(Mode m) {
+  return m == Mode::kRaw || m == Mode::kRawMma || m == Mode::kRawInterleaved ||
+         m == Mode::kRawPartial;
 }
 
 struct Setup {
   std::string shape;
   std::unique_ptr<KvStore> store;
   std::unique_ptr<cuda::DevicePool> pool;
-  std::unique_ptr<cuda::DeviceRope> rope;
+  std::unique_ptr<cuda::DeviceRope> rope, rope_interleaved, rope_partial;
   cuda::DevicePlan plan_local, plan_raw;
   cuda::DeviceBuffer<__nv_bfloat16> q, o;
   cuda::DeviceBuffer<float> lse;
@@ -64,8 +78,10 @@ struct Setup {
   double flops = 0;
 };
 
-RopePolicy llama3_rope() {
+RopePolicy llama3_rope(PairLayout pairs = PairLayout::kHalf, double partial = 1.0) {
   RopeConfig c;
+  c.pair_layout = pairs;
+  c.partial_rotary_factor = partial;
   c.head_dim = kHeadDim;
   c.rope_theta = 500000.0;
   c.max_position_embeddings = 131072;
@@ -87,6 +103,9 @@ std::unique_ptr<Setup> build(const Shape& sh) {
   s->pool = std::make_unique<cuda::DevicePool>(cfg);
   s->pool->fill_uniform(4321);
   s->rope = std::make_unique<cuda::DeviceRope>(llama3_rope());
+  s->rope_interleaved =
+      std::make_unique<cuda::DeviceRope>(llama3_rope(PairLayout::kInterleaved));
+  s->rope_partial = std::make_unique<cuda::DeviceRope>(llama3_rope(PairLayout::kHalf, 0.5));
   std::vector<DocHandle> docs;
   for (int j = 0; j < sh.num_docs; ++j) {
     auto r = s->store->allocate(DocKey{7, static_cast<std::uint64_t>(j)}, StorageForm::kLocal,
@@ -136,16 +155,22 @@ void bench_prefill(benchmark::State& state, Shape sh, Mode mode) {
   a.params.num_kv_heads = kKvHeads;
   a.params.head_dim = kHeadDim;
   a.rope = mode != Mode::kRopeOff && mode != Mode::kRopeOffMma;
-  a.kernel = mode == Mode::kLocalMma || mode == Mode::kRopeOffMma ? cuda::PrefillKernel::kMmaSync
-                                                                  : cuda::PrefillKernel::kAuto;
-  const cuda::DevicePlan& plan = mode == Mode::kRaw ? s.plan_raw : s.plan_local;
-  state.SetLabel(cuda::to_string(cuda::resolve_prefill_kernel(a, plan, *s.rope)));
+  a.kernel = mode == Mode::kLocalMma || mode == Mode::kRawMma || mode == Mode::kRopeOffMma
+                 ? cuda::PrefillKernel::kMmaSync
+                 : cuda::PrefillKernel::kAuto;
+  const cuda::DevicePlan& plan = raw_mode(mode) ? s.plan_raw : s.plan_local;
+  const cuda::DeviceRope& rope = mode == Mode::kLocalInterleaved || mode == Mode::kRawInterleaved
+                                     ? *s.rope_interleaved
+                                 : mode == Mode::kLocalPartial || mode == Mode::kRawPartial
+                                     ? *s.rope_partial
+                                     : *s.rope;
+  state.SetLabel(cuda::to_string(cuda::resolve_prefill_kernel(a, plan, rope)));
   if (const char* e = std::getenv("LAZYATTN_BENCH_PREFILL_SPLITS")) a.kv_splits = std::atoi(e);
-  for (int i = 0; i < 3; ++i) cuda::prefill(a, *s.pool, plan, *s.rope, &s.ws);
+  for (int i = 0; i < 3; ++i) cuda::prefill(a, *s.pool, plan, rope, &s.ws);
   bench::EventTimer timer;
   for (auto _ : state)
     state.SetIterationTime(
-        timer.seconds_per_call([&](int) { cuda::prefill(a, *s.pool, plan, *s.rope, &s.ws); }));
+        timer.seconds_per_call([&](int) { cuda::prefill(a, *s.pool, plan, rope, &s.ws); }));
   state.counters["flops"] = s.flops;
   state.counters["TFLOPs"] =
       benchmark::Counter(s.flops * 1e-12 * state.iterations(), benchmark::Counter::kIsRate);
@@ -157,8 +182,11 @@ int main(int argc, char** argv) {
   std::vector<Shape> shapes{{"rag_tail", 16, 512, 512}, {"encode_4096", 0, 0, 4096},
                             {"encode_16384", 0, 0, 16384}};
   for (const Shape& sh : shapes) {
-    const std::vector<Mode> modes{Mode::kLocal, Mode::kRaw, Mode::kRopeOff, Mode::kLocalMma,
-                                  Mode::kRopeOffMma};
+    const std::vector<Mode> modes{Mode::kLocal,           Mode::kRaw,
+                                  Mode::kRopeOff,         Mode::kLocalMma,
+                                  Mode::kRawMma,          Mode::kRopeOffMma,
+                                  Mode::kLocalInterleaved, Mode::kRawInterleaved,
+                                  Mode::kLocalPartial,    Mode::kRawPartial};
     for (Mode m : modes) {
       std::string n = "prefill/" + sh.name + "/" + name(m);
       benchmark::RegisterBenchmark(n.c_str(), bench_prefill, sh, m)

@@ -54,12 +54,9 @@ ScenarioSpec random_prefill_spec(std::uint64_t seed) {
   return s;
 }
 
-// Whether the wgmma kernel takes this scenario (cuda::wgmma_prefill_mismatch's conditions).
-bool wgmma_applies(const ScenarioSpec& s) {
-  return s.head_dim == 128 && s.doc_form == StorageForm::kLocal &&
-         s.tail_form != StorageForm::kRaw && s.partial_rotary == 1.0 &&
-         s.pair_layout == PairLayout::kHalf;
-}
+// Whether the wgmma kernel takes this scenario (cuda::wgmma_prefill_mismatch's conditions:
+// head dim 128, every storage form and rotary layout).
+bool wgmma_applies(const ScenarioSpec& s) { return s.head_dim == 128; }
 
 // Deferred prefill against the float64 reference, with the eager baseline's error as the bar.
 void check_prefill(const test::ref::Scenario& sc) {
@@ -172,6 +169,65 @@ TEST_CASE("the wgmma prefill kernels on requests of one segment", "[cuda][prefil
     spec.num_queries = {nq, 33, 70};
     spec.base_position = i++ % 2 ? std::int64_t{1} << 40 : (std::int64_t{1} << 24) - 3000;
     check_wgmma_spec(spec, true);
+  }
+}
+
+// The wgmma kernel over every storage form and rotary layout: documents and tails local, raw,
+// mixed (local documents, raw tail and the reverse) and absolute, rotate-half and interleaved
+// pairs, every dim rotary, half or a quarter of them; GQA groups 1, 4 and 8, page sizes 16, 32
+// and 64 and positions near 2^24 and 2^40 in turn; one-token documents and empty segments.
+TEST_CASE("the wgmma prefill kernel in every storage form and rotary layout",
+          "[cuda][prefill][hopper]") {
+  struct Forms {
+    StorageForm doc, tail;
+  };
+  const std::array<Forms, 4> forms{{{StorageForm::kRaw, StorageForm::kRaw},
+                                    {StorageForm::kLocal, StorageForm::kRaw},
+                                    {StorageForm::kRaw, StorageForm::kLocal},
+                                    {StorageForm::kLocal, StorageForm::kAbsolute}}};
+  const std::array<std::pair<int, int>, 3> heads{{{8, 8}, {16, 4}, {32, 4}}};
+  int i = 0;
+  for (const Forms& f : forms) {
+    for (PairLayout pairs : {PairLayout::kHalf, PairLayout::kInterleaved}) {
+      for (double partial : {1.0, 0.5, 0.25}) {
+        ScenarioSpec spec = wgmma_rag_spec(i % 2 ? 129 : 40, 16 << (i % 3));
+        spec.doc_form = f.doc;
+        spec.tail_form = f.tail;
+        spec.pair_layout = pairs;
+        spec.partial_rotary = partial;
+        spec.num_qo_heads = heads[i % 3].first;
+        spec.num_kv_heads = heads[i % 3].second;
+        spec.schedule = i % 4 == 3 ? RopeType::kYarn : RopeType::kLlama3;
+        spec.base_position = i % 2 ? (std::int64_t{1} << 24) - 3000 : std::int64_t{1} << 40;
+        spec.empty_segment = i % 5 == 2;
+        spec.seed = 700 + static_cast<std::uint64_t>(i++);
+        check_wgmma_spec(spec);
+      }
+    }
+  }
+}
+
+// Raw keys under a length-dependent schedule (dynamic NTK: one frequency set per request), and
+// raw-form requests of one segment each (a raw document's encoding; the raw build takes them).
+TEST_CASE("the wgmma prefill kernel on raw keys: dynamic RoPE, one-segment requests",
+          "[cuda][prefill][hopper]") {
+  for (PairLayout pairs : {PairLayout::kHalf, PairLayout::kInterleaved}) {
+    ScenarioSpec spec = wgmma_rag_spec(70, 32);
+    spec.schedule = RopeType::kDynamic;
+    spec.doc_form = spec.tail_form = StorageForm::kRaw;
+    spec.pair_layout = pairs;
+    spec.seed = 760 + (pairs == PairLayout::kHalf);
+    check_wgmma_spec(spec);
+    ScenarioSpec one = wgmma_rag_spec(130, 16);
+    one.docs_per_request = 0;
+    one.num_requests = 3;
+    one.num_queries = {130, 33, 70};
+    one.doc_form = one.tail_form = StorageForm::kRaw;
+    one.pair_layout = pairs;
+    one.partial_rotary = pairs == PairLayout::kHalf ? 1.0 : 0.5;
+    one.base_position = (std::int64_t{1} << 24) - 3000;
+    one.seed = 770 + (pairs == PairLayout::kHalf);
+    check_wgmma_spec(one, true);
   }
 }
 
@@ -334,8 +390,7 @@ TEST_CASE("document encoding on the device matches the reference's", "[cuda][pre
       cuda::DevicePlan dp;
       dp.upload(plan, cuda::prefill_schedule(plan, AttentionParams{Hq, Hk, D}));
       cuda::DeviceBuffer<float> dlse(ref_lse.size());
-      // kAuto (the warp-specialised wgmma kernel for local form, the mma.sync one for raw), then
-      // the mma.sync kernel forced.
+      // kAuto (the warp-specialised wgmma kernel, both forms), then the mma.sync kernel forced.
       for (cuda::PrefillKernel kernel : {cuda::PrefillKernel::kAuto, cuda::PrefillKernel::kMmaSync}) {
         cuda::PrefillArgs a;
         a.q = dq.data();
@@ -345,9 +400,8 @@ TEST_CASE("document encoding on the device matches the reference's", "[cuda][pre
         a.kernel = kernel;
         const cuda::PrefillKernel used = cuda::resolve_prefill_kernel(a, dp, drope);
         INFO("kernel " << cuda::to_string(kernel) << " -> " << cuda::to_string(used));
-        CHECK(used == (kernel == cuda::PrefillKernel::kAuto && form == StorageForm::kLocal
-                           ? cuda::PrefillKernel::kWgmmaWs
-                           : cuda::PrefillKernel::kMmaSync));
+        CHECK(used == (kernel == cuda::PrefillKernel::kAuto ? cuda::PrefillKernel::kWgmmaWs
+                                                             : cuda::PrefillKernel::kMmaSync));
         LAZYATTN_CUDA_CHECK(cudaMemset(dout.data(), 0xff, dout.bytes()));
         LAZYATTN_CUDA_CHECK(cudaMemset(dlse.data(), 0xff, dlse.bytes()));
         cuda::prefill(a, pool, dp, drope);
@@ -405,23 +459,23 @@ TEST_CASE("prefill's kernel choice: kAuto takes wgmma_ws where it applies, kWgmm
   full.head_dim = 128;
   RopeConfig partial = full;
   partial.partial_rotary_factor = 0.5;
+  RopeConfig interleaved = full;
+  interleaved.pair_layout = PairLayout::kInterleaved;
   RopeConfig d64;
   d64.head_dim = 64;
   using K = cuda::PrefillKernel;
-  CHECK(choose(128, StorageForm::kLocal, full, K::kAuto, true) == K::kWgmmaWs);
-  CHECK(choose(128, StorageForm::kLocal, full, K::kMmaSync, true) == K::kMmaSync);
-  CHECK(choose(128, StorageForm::kRaw, full, K::kAuto, true) == K::kMmaSync);
-  CHECK(choose(128, StorageForm::kLocal, partial, K::kAuto, true) == K::kMmaSync);
-  CHECK(choose(128, StorageForm::kLocal, partial, K::kAuto, false) == K::kWgmmaWs);  // RoPE off
+  // Head dim 128: the Hopper kernel in every form and rotary layout.
+  for (StorageForm form : {StorageForm::kLocal, StorageForm::kRaw}) {
+    for (const RopeConfig* rc : {&full, &partial, &interleaved}) {
+      CHECK(choose(128, form, *rc, K::kAuto, true) == K::kWgmmaWs);
+      CHECK(choose(128, form, *rc, K::kWgmmaWs, true) == K::kWgmmaWs);
+      CHECK(choose(128, form, *rc, K::kAuto, false) == K::kWgmmaWs);  // RoPE off
+      CHECK(choose(128, form, *rc, K::kMmaSync, true) == K::kMmaSync);
+    }
+  }
   CHECK(choose(64, StorageForm::kLocal, d64, K::kAuto, true) == K::kMmaSync);
-  CHECK_THROWS_WITH(choose(128, StorageForm::kLocal, partial, K::kWgmmaWs, true),
-                    Catch::Contains("rotary_dim 64"));
   CHECK_THROWS_WITH(choose(64, StorageForm::kLocal, d64, K::kWgmmaWs, true),
-                    Catch::Contains("head_dim 64"));
-  CHECK(choose(128, StorageForm::kLocal, full, K::kWgmmaWs, true) == K::kWgmmaWs);
-  CHECK(choose(128, StorageForm::kLocal, partial, K::kWgmmaWs, false) == K::kWgmmaWs);
-  CHECK_THROWS_WITH(choose(128, StorageForm::kRaw, full, K::kWgmmaWs, true),
-                    Catch::Contains("kernel = wgmma_ws, but the plan has raw-form segments"));
+                    Catch::Contains("kernel = wgmma_ws, but head_dim is not 128 (head_dim 64"));
   CHECK_THROWS_WITH(choose(128, StorageForm::kLocal, full, static_cast<K>(7), true),
                     Catch::Contains("kernel 7"));
   // 2, the retired two-warpgroup Hopper kernel, is no kernel now.

@@ -39,9 +39,9 @@ struct PrefillScratch {
 };
 
 // The prefill kernels: the FlashAttention-2-style mma.sync kernel (every head dim, form and
-// rotary layout) and the Hopper kernel (warpgroup MMA, a loading warpgroup and two computing
-// ones: head dim 128, local form, rotate-half). Value 2 was a Hopper kernel without the loading
-// warpgroup, retired as slower.
+// rotary layout, any architecture from sm_80) and the Hopper kernel (warpgroup MMA, a loading
+// warpgroup and two computing ones: head dim 128, every form and rotary layout). Value 2 was a
+// Hopper kernel without the loading warpgroup, retired as slower.
 enum class PrefillKernel : std::uint8_t { kAuto = 0, kMmaSync = 1, kWgmmaWs = 3 };
 
 inline const char* to_string(PrefillKernel k) {
@@ -70,21 +70,16 @@ struct PrefillArgs {
   // Key-range splits per query tile: 0 picks (enough CTAs to fill the GPU when the query tiles
   // alone do not), 1 none, N forces N. Splits need a workspace.
   int kv_splits = 0;
-  // Which kernel: kAuto takes the Hopper kernel (kWgmmaWs) where it applies (head dim 128,
-  // local-form segments only, rotate-half over all head dims or RoPE off) and the mma.sync
-  // kernel otherwise; kWgmmaWs insists (and throws, naming what does not fit), kMmaSync forces
-  // the FlashAttention-2-style kernel.
+  // Which kernel: kAuto takes the Hopper kernel (kWgmmaWs) where it applies (head dim 128) and
+  // the mma.sync kernel otherwise; kWgmmaWs insists (and throws, naming what does not fit),
+  // kMmaSync forces the FlashAttention-2-style kernel.
   PrefillKernel kernel = PrefillKernel::kAuto;
 };
 
 // Why the wgmma kernel cannot take this prefill, or nullptr when it can.
-inline const char* wgmma_prefill_mismatch(const PrefillArgs& args, const DevicePlan& plan,
-                                          const DeviceRope& rope) {
+inline const char* wgmma_prefill_mismatch(const PrefillArgs& args, const DevicePlan&,
+                                          const DeviceRope&) {
   if (args.params.head_dim != 128) return "head_dim is not 128";
-  if (plan.has_raw_segments()) return "the plan has raw-form segments (local form only)";
-  const RopeView& rv = rope.view();
-  if (args.rope && (rv.rotary_dim != 128 || rv.interleaved))
-    return "the rotary dims are not all 128 in the rotate-half layout";
   return nullptr;
 }
 
@@ -214,7 +209,9 @@ inline void prefill(const PrefillArgs& args, const DevicePool& pool, const Devic
               kernel<<<grid, detail::kWgmmaWsThreads, smem, stream>>>(p);
               LAZYATTN_CUDA_CHECK_LAUNCH();
             };
-            if (args.rope && plan.single_segment_requests())
+            if (args.rope && plan.has_raw_segments())
+              launch_wgmma(detail::prefill_wgmma_kernel<T, true, false, true>);
+            else if (args.rope && plan.single_segment_requests())
               launch_wgmma(detail::prefill_wgmma_kernel<T, true, true>);
             else if (args.rope) launch_wgmma(detail::prefill_wgmma_kernel<T, true>);
             else launch_wgmma(detail::prefill_wgmma_kernel<T, false>);

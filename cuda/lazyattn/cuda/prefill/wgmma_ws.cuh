@@ -1,12 +1,15 @@
 // The Hopper prefill (sm_90a): warpgroup MMA, FlashAttention-3's warp specialisation and
-// ping-pong, for head dim 128, 16-bit, local-form segments with rotate-half rotary dims over the
-// whole head (or RoPE off); everything else runs on the mma.sync kernel (prefill/mma_sync.cuh).
-// One CTA takes 128 query rows (GQA-packed) of one request and one KV head.
-//  - Loading: warpgroup 2 (24 registers; the others take 240 with setmaxnreg) streams the K/V
-//    tiles through a ring of kWgmmaStages stages with cp.async (page-table gather) in the
-//    blocked 128-byte-swizzle layout wgmma's descriptors read, and signals each stage on an
-//    mbarrier (full); the computing warps release a stage on another (empty) once both its
-//    wgmmas are done.
+// ping-pong, for head dim 128, 16-bit, every storage form and rotary layout (rotate-half or
+// interleaved pairs, all or some dims rotary) or RoPE off; other head dims run on the mma.sync
+// kernel (prefill/mma_sync.cuh). One CTA takes 128 query rows (GQA-packed) of one request and one
+// KV head.
+//  - Loading: warpgroup 2 (24 registers, 56 where it rotates; the others take the rest with
+//    setmaxnreg) streams the K/V tiles through a ring of kWgmmaStages stages with cp.async
+//    (page-table gather) in the blocked 128-byte-swizzle layout wgmma's descriptors read, and
+//    signals each stage on an mbarrier (full); the computing warps release a stage on another
+//    (empty) once both its wgmmas are done. A raw-form K tile (keys stored before RoPE) is
+//    rotated in place by this warpgroup, once for both computing ones, to R(key0 + row) k: what
+//    a local-form page holds, so the computing warps treat the two forms alike (kRawTiles).
 //  - Query: wgmma's A operand comes from registers. Once per CTA each thread rotates its own
 //    query elements to their absolute positions m (R(m) q, scaled, fp32) into shared memory; a
 //    segment starting at s then needs R(m - s) q = R(-s) (R(m) q): one cos/sin per rotary pair,
@@ -14,7 +17,9 @@
 //    between the loops over two segments' tiles (no wgmma in flight), so the loop over a
 //    segment's tiles has no RoPE code. kOneSeg (the launcher picks it when every request has at
 //    most one segment: document encodings, chunks of a tail without documents) rotates the
-//    query once, straight to R(m - s), and compiles the rebuild out.
+//    query once, straight to R(m - s), and compiles the rebuild out. Each thread holds both
+//    members of every pair it rotates in all layouts (wgmma_query.cuh), the rotate-half layout
+//    over all 128 dims on a tuned path.
 //  - Overlap inside a warpgroup: S(j) and P(j-1) V(j-1) are issued back to back; tile j's
 //    softmax runs under P V; O is rescaled after the wait.
 //  - Overlap between the computing warpgroups: they take turns issuing their wgmmas (two named
@@ -32,24 +37,31 @@
 #include "lazyattn/cuda/mbarrier.cuh"
 #include "lazyattn/cuda/prefill/io.cuh"
 #include "lazyattn/cuda/prefill/params.cuh"
+#include "lazyattn/cuda/prefill/rotate.cuh"
 #include "lazyattn/cuda/prefill/wgmma_query.cuh"
 #include "lazyattn/cuda/ptx.cuh"
 #include "lazyattn/cuda/rope.cuh"
 #include "lazyattn/cuda/softmax.cuh"
 #include "lazyattn/cuda/wgmma.cuh"
+#include "lazyattn/kv/types.hpp"
 
 namespace lazyattn::cuda::detail {
 
-template <class T, bool kRope, bool kOneSeg = false>
+template <class T, bool kRope, bool kOneSeg = false, bool kRawTiles = false>
 __global__ void __launch_bounds__(kWgmmaWsThreads, 1)
     prefill_wgmma_kernel(const __grid_constant__ PrefillParams p) {
   static_assert(!kOneSeg || kRope, "the one-segment form rotates its query once");
+  static_assert(!kRawTiles || (kRope && !kOneSeg), "raw tiles: the RoPE build over segments");
   using Shape = WgmmaPrefillShape;
   constexpr int D = Shape::D;
   constexpr int kThreads = kWgmmaPrefillThreads;
   constexpr int S = kWgmmaStages;
   constexpr int KSteps = D / 16;
-  constexpr int kHalf = D / 2;  // rotary pairs (rotary_dim == D here)
+  constexpr int kHalf = D / 2;  // the tables' row stride in pairs (rotary_dim <= D)
+  // The loading warpgroup's registers: 24 to copy, 56 to rotate raw tiles as well (at 40 it
+  // spilled); the computing warpgroups share the rest of 3 x 168 (240 or 224).
+  constexpr int kLoadRegs = kRawTiles ? 56 : 24;
+  constexpr int kComputeRegs = (3 * 168 - kLoadRegs) / 2;
   extern __shared__ __align__(1024) unsigned char smem[];
   if ((ptx::smem_addr(smem) & 1023u) != 0) __trap();  // the swizzle keys on address bits
   T* q_raw = reinterpret_cast<T*>(smem + Shape::kQRaw);
@@ -87,9 +99,11 @@ __global__ void __launch_bounds__(kWgmmaWsThreads, 1)
   const int causal_offset = p.plan.segment_length[p.plan.request_tail_segment[b]] - nq;
   const int max_visible_tail = causal_offset + (row_begin + rows_here - 1) / G;
   const int rope_set = p.rope.per_request ? b : 0;
-  const std::uint64_t* turns = p.rope.turns + static_cast<std::int64_t>(rope_set) * kHalf;
+  const int rot_half = p.rope.rotary_dim / 2;  // rotary pairs (kRope)
+  const bool interleaved = p.rope.interleaved != 0;
+  const std::uint64_t* turns = p.rope.turns + static_cast<std::int64_t>(rope_set) * rot_half;
   const float2* offset_cs =
-      p.rope.offset_cs + static_cast<std::int64_t>(rope_set) * p.rope.offset_rows * kHalf;
+      p.rope.offset_cs + static_cast<std::int64_t>(rope_set) * p.rope.offset_rows * rot_half;
 
   int tile_begin, tile_end;
   cta_tile_range(p, b, max_visible_tail, tile_begin, tile_end);
@@ -107,7 +121,7 @@ __global__ void __launch_bounds__(kWgmmaWsThreads, 1)
   }
   __syncthreads();
   if (tid >= kThreads) {
-    ptx::setmaxnreg_dec<24>();
+    ptx::setmaxnreg_dec<kLoadRegs>();
     // Stages 2 and 3 hold the prologue's tables and raw query until the computing warps have
     // read them: a CTA barrier (here in hand_over before stage 2, there after the prologue)
     // orders their reads before these writes.
@@ -121,6 +135,23 @@ __global__ void __launch_bounds__(kWgmmaWsThreads, 1)
     const int at_row_in = blocked_swizzle<D, kTileKeys>(row_in, chunk);
     const int slot_mask = (1 << p.page_size_log2) - 1;
     prefetch_tile_records(p.sched.tiles, tile_begin, tile_end, ltid, 128);
+    // kRawTiles: a tile's copies are waited for an iteration later, once the next tile's are out;
+    // then a raw tile is rotated in place (each warp 16 rows, rotate_raw_key_rows: R(key0 + row)
+    // k, the rotation a local-form page stores, so the computing warps treat both forms alike)
+    // and the stage signalled by a plain arrival. Other builds let the copies arrive themselves.
+    [[maybe_unused]] int pending_key0 = 0, pending_raw = 0;  // the tile finished next
+    [[maybe_unused]] auto finish = [&](int stage, auto last) {
+      if constexpr (decltype(last)::value) ptx::cp_async_wait<0>();
+      else ptx::cp_async_wait<1>();
+      if (pending_raw) {
+        ptx::named_barrier_sync<3, 128>();  // every loading thread's copies of the tile landed
+        rotate_raw_key_rows<T, D>(stages + stage * 2 * kTileKeys * D, 16 * lwarp,
+                                  pending_key0 + 16 * lwarp, turns, offset_cs, rot_half,
+                                  interleaved, lane);
+        ptx::fence_proxy_async_smem();  // the rotated K, for the computing warps' wgmma
+      }
+      ptx::mbarrier_arrive(full_bar(stage));
+    };
     // The hand-over: this warpgroup also passes the computing warps' prologue barriers (the
     // tables' inputs stored; the raw query landed), CTA barriers, then the one that lets it
     // write stages 2 and 3. With the first two over the computing warps alone (named
@@ -170,13 +201,23 @@ __global__ void __launch_bounds__(kWgmmaWsThreads, 1)
         ptx::cp_async_16(ptx::smem_addr(ks + at), k_head + off, valid);
         ptx::cp_async_16(ptx::smem_addr(vs + at), v_head + off, valid);
       }
-      ptx::cp_async_mbarrier_arrive_noinc(full_bar(stage));
+      if constexpr (kRawTiles) {
+        ptx::cp_async_commit();
+        if (it > 0) finish((it - 1) % S, std::false_type{});
+        pending_key0 = ti.key0;
+        pending_raw = ti.form == static_cast<std::int32_t>(StorageForm::kRaw);
+      } else {
+        ptx::cp_async_mbarrier_arrive_noinc(full_bar(stage));
+      }
     }
+    // (The last tile before the hand-over: the computing warps wait for tile 0 inside it.)
+    if constexpr (kRawTiles)
+      if (tile_begin < tile_end) finish((tile_end - 1 - tile_begin) % S, std::true_type{});
     if (tile_end - tile_begin <= 2) hand_over();  // the loop did not reach it == 2
     ptx::cp_async_wait<0>();
     return;
   }
-  ptx::setmaxnreg_inc<240>();
+  ptx::setmaxnreg_inc<kComputeRegs>();
 
   // ---- the raw query tile (blocked layout), zero past the request --------------------------
   load_query_tile<T, D, kThreads>(
@@ -197,7 +238,17 @@ __global__ void __launch_bounds__(kWgmmaWsThreads, 1)
   // first 64 threads; the caller syncs the warpgroup before anyone reads).
   const int wg_tid = tid % 128;
   auto compute_seg = [&](std::int64_t seg_start) {
-    if (wg_tid < kHalf) cs_seg[wg * kHalf + wg_tid] = rope_cos_sin(-seg_start, s_turns[wg_tid]);
+    if (wg_tid < rot_half)
+      cs_seg[wg * kHalf + wg_tid] = rope_cos_sin(-seg_start, s_turns[wg_tid]);
+  };
+  // Every dim rotary in the rotate-half layout: the query side's tuned path (pairs d, d + 64 in
+  // k-steps kk, kk + 4); interleaved pairs and partial rotary dims take the general one.
+  const bool full_half = kRope && rot_half == kHalf && !interleaved;
+  // The offset table's 16 rows (row 0, the identity, for every row of a pre-rotated query).
+  auto load_offsets = [&] {
+    for (int i = tid; i < 16 * kHalf; i += kThreads)
+      if (i % kHalf < rot_half)
+        cs_off[i] = offset_cs[(row_step ? i / kHalf : 0) * rot_half + i % kHalf];
   };
   // Tile records rolled two tiles ahead (cur, next, n2: each read two tiles before it is
   // needed), only what the softmax needs of a tile (its keys, whether it is the tail's); the
@@ -222,22 +273,22 @@ __global__ void __launch_bounds__(kWgmmaWsThreads, 1)
     // from global memory: no barrier before the raw query's (run's first), which orders these
     // writes before every read (the loader passes one barrier fewer in its hand_over).
     // (Offset row 0 is the identity: every row of a pre-rotated query takes it.)
-    for (int i = tid; i < 16 * kHalf; i += kThreads)
-      cs_off[i] = offset_cs[row_step ? i : i % kHalf];
+    load_offsets();
     const int coarse_rows = (kPrefillRows / G + 15) / 16;
     const std::int64_t base = m_first - first.seg_start;
     for (int i = tid; i < coarse_rows * kHalf; i += kThreads) {
+      if (i % kHalf >= rot_half) continue;
       const float2 c = rope_cos_sin(base + 16 * row_step * (i / kHalf), turns[i % kHalf]);
       cs_q[i] = make_float2(c.x * q_scale, c.y * q_scale);
     }
   } else if (kRope) {
-    for (int i = tid; i < 16 * kHalf; i += kThreads)
-      cs_off[i] = offset_cs[row_step ? i : i % kHalf];
-    for (int j = tid; j < kHalf; j += kThreads) s_turns[j] = turns[j];
+    load_offsets();
+    for (int j = tid; j < rot_half; j += kThreads) s_turns[j] = turns[j];
     __syncthreads();  // warp-specialised: the loader too (its hand_over)
     const int coarse_rows = (kPrefillRows / G + 15) / 16;
     for (int i = tid; i < coarse_rows * kHalf; i += kThreads)
-      cs_q[i] = rope_cos_sin(m_first + 16 * row_step * (i / kHalf), s_turns[i % kHalf]);
+      if (i % kHalf < rot_half)
+        cs_q[i] = rope_cos_sin(m_first + 16 * row_step * (i / kHalf), s_turns[i % kHalf]);
     compute_seg(q_seg_start);  // read after the prologue's barrier
   }
 
@@ -252,14 +303,22 @@ __global__ void __launch_bounds__(kWgmmaWsThreads, 1)
   // (out of line; its own entries, so no barrier).
   auto prepare_query = [&] {
     if constexpr (kOneSeg) {
-      wgmma_rotate_query_frag<T>(q_raw, q_frag, cs_q, cs_off, row_a, G, t4, tid);
+      if (full_half)
+        wgmma_rotate_query_frag<T>(q_raw, q_frag, cs_q, cs_off, row_a, G, t4, tid);
+      else
+        wgmma_rotate_query_frag_any<T>(q_raw, q_frag, cs_q, cs_off, row_a, G, t4, tid,
+                                       p.rope.rotary_dim, interleaved, p.sm_scale_log2);
 #pragma unroll
       for (int kk = 0; kk < KSteps; ++kk) {
         const uint4 f = q_frag[kk * kThreads + tid];
         qf[kk][0] = f.x, qf[kk][1] = f.y, qf[kk][2] = f.z, qf[kk][3] = f.w;
       }
     } else if constexpr (kRope) {
-      wgmma_rotate_query<T>(q_raw, q_pre, cs_q, cs_off, row_a, G, t4, tid, q_scale);
+      if (full_half)
+        wgmma_rotate_query<T>(q_raw, q_pre, cs_q, cs_off, row_a, G, t4, tid, q_scale);
+      else
+        wgmma_rotate_query_any<T>(q_raw, q_pre, cs_q, cs_off, row_a, G, t4, tid,
+                                  p.rope.rotary_dim, interleaved, q_scale, p.sm_scale_log2);
     } else {
 #pragma unroll
       for (int kk = 0; kk < KSteps / 2; ++kk) {
@@ -281,6 +340,15 @@ __global__ void __launch_bounds__(kWgmmaWsThreads, 1)
   // not its registers (one k-step at a time is slower on the RAG tail).
   auto build_query = [&] {
     const float2* cs = cs_seg + wg * kHalf;
+    if (!full_half) {
+#pragma unroll
+      for (int kk = 0; kk < KSteps; ++kk)
+#pragma unroll
+        for (int r = 0; r < 4; ++r)
+          qf[kk][r] = wgmma_segment_fragment<T>(q_pre, cs, kk, r, t4, tid, p.rope.rotary_dim,
+                                                interleaved);
+      return;
+    }
 #pragma unroll
     for (int kk = 0; kk < KSteps / 2; ++kk) {
       std::uint32_t lo[4], hi[4];
