@@ -162,6 +162,9 @@ struct lazyattn_plan_t {
   std::unique_ptr<lazyattn::cuda::DeviceRope> plan_rope;
   // The split-KV workspace: byte offsets of its parts and its size.
   std::size_t ws_counters = 0, ws_lse = 0, ws_o = 0, ws_bytes = 0;
+  // prefill over raw-form segments: the Hopper kernel's rotated K (byte offset, 16-bit elements)
+  std::size_t ws_k = 0;
+  std::int64_t ws_k_elems = 0;
   std::int32_t kv_splits = 0;       // prefill: what launches ask for (0: automatic)
   std::int32_t kv_splits_room = 1;  // prefill: splits the workspace holds
   // The pool's epoch when the plan's sources (plan.sources) were last found current.

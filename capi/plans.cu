@@ -269,6 +269,22 @@ lazyattn_status lazyattn_plan_create(lazyattn_pool pool, lazyattn_rope rope,
         plan->ws_bytes =
             align(plan->ws_o + static_cast<std::size_t>(plan->kv_splits_room * rows * D) * 4);
       }
+      // Raw-form segments at head dim 128: the Hopper kernel reads their K rotated once per
+      // launch into the workspace (cuda/prefill/raw_keys.cuh): a [64][D] tile per key tile and
+      // KV head.
+      const bool raw = std::any_of(pl.segment_form.begin(), pl.segment_form.end(), [](auto f) {
+        return f == static_cast<std::uint8_t>(StorageForm::kRaw);
+      });
+      if (raw && D == 128) {
+        std::int64_t elems = static_cast<std::int64_t>(plan->schedule.tiles.size());
+        for (std::int64_t f : {std::int64_t{Hkv}, std::int64_t{64}, D})
+          LAZYATTN_CHECK(!__builtin_mul_overflow(elems, f, &elems), w, ": rotated-K workspace of ",
+                         plan->schedule.tiles.size(), " tiles x ", Hkv,
+                         " KV heads x 64 x ", D, " overflows int64");
+        plan->ws_k = plan->ws_bytes;
+        plan->ws_k_elems = elems;
+        plan->ws_bytes = align(plan->ws_k + static_cast<std::size_t>(elems) * 2);
+      }
     }
     LAZYATTN_CHECK(!like || like->ws_bytes >= plan->ws_bytes, w, ": the plan needs a workspace of ",
                    plan->ws_bytes, " bytes, options.like's has ", like->ws_bytes);
@@ -277,6 +293,11 @@ lazyattn_status lazyattn_plan_create(lazyattn_pool pool, lazyattn_rope rope,
       plan->ws_counters = like->ws_counters;
       plan->ws_lse = like->ws_lse;
       plan->ws_o = like->ws_o;
+      LAZYATTN_CHECK(like->ws_k_elems >= plan->ws_k_elems, w, ": the plan's raw-form keys need ",
+                     plan->ws_k_elems, " rotated-K elements, options.like's workspace has ",
+                     like->ws_k_elems);
+      plan->ws_k = like->ws_k;
+      plan->ws_k_elems = like->ws_k_elems;
     }
     plan->checked_epoch = p.epoch;
     plans().add(plan.get());

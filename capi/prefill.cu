@@ -45,6 +45,10 @@ extern "C" lazyattn_status lazyattn_prefill(lazyattn_plan plan, int32_t layer, c
       scratch.partial_lse = reinterpret_cast<float*>(L.workspace + L.plan->ws_lse);
       scratch.partial_o = reinterpret_cast<float*>(L.workspace + L.plan->ws_o);
       scratch.max_splits = L.plan->kv_splits_room;
+      if (L.plan->ws_k_elems > 0) {
+        scratch.rotated_k = L.workspace + L.plan->ws_k;
+        scratch.rotated_k_elems = L.plan->ws_k_elems;
+      }
     }
     cuda::prefill(args, pool, L.device_plan, *L.rope, scratch, static_cast<cudaStream_t>(stream));
   });

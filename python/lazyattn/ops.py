@@ -10,6 +10,11 @@ current CUDA stream; nothing here synchronises the host. lazyattn.Pool's methods
 arguments and call these. Called directly, each operator checks what the library cannot see
 behind its raw pointers (devices, dtypes, layouts, and that every buffer is as large as the pool
 and plan its handles name) and raises ValueError naming the tensor before anything runs.
+
+`call(name, ...)` is how lazyattn.Pool runs them: the operator where torch traces (torch.compile,
+export, fake or functional tensors), its implementation directly otherwise. The dispatch of a
+mutating custom operator costs about 0.14 ms of host time per call in eager mode (torch 2.11),
+two calls per layer and decode step under transformers: 9 ms of a 37 ms step of Llama-3.1-8B.
 """
 import ctypes
 
@@ -67,11 +72,7 @@ def _check_pools(where, k_pool, v_pool, pool_handle, layer):
         raise ValueError("%s: layer %d, expected in [0, %d)" % (where, layer, k_pool.shape[0]))
 
 
-@torch.library.custom_op("lazyattn::write", mutates_args=("k_pool", "v_pool"))
-def write(k_pool: torch.Tensor, v_pool: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-          dst: torch.Tensor, meta: torch.Tensor, layer: int, flags: int) -> None:
-    """Writes k, v [n, kv_heads, head_dim] of one layer at the destinations `dst` (a device copy
-    of lazyattn_destinations' output); meta = [pool handle, rope handle or 0] (CPU int64)."""
+def _write(k_pool, v_pool, k, v, dst, meta, layer, flags):
     where = "lazyattn::write"
     pool, rope = (int(x) for x in meta.tolist())
     _check_pools(where, k_pool, v_pool, pool, layer)
@@ -88,6 +89,14 @@ def write(k_pool: torch.Tensor, v_pool: torch.Tensor, k: torch.Tensor, v: torch.
     _capi.call("write", ctypes.c_void_p(pool), ctypes.c_void_p(rope or None), layer,
                _ptr(k_pool), _ptr(v_pool), _ptr(k), _ptr(v), k.shape[0], _ptr(dst), flags,
                _stream(k))
+
+
+@torch.library.custom_op("lazyattn::write", mutates_args=("k_pool", "v_pool"))
+def write(k_pool: torch.Tensor, v_pool: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+          dst: torch.Tensor, meta: torch.Tensor, layer: int, flags: int) -> None:
+    """Writes k, v [n, kv_heads, head_dim] of one layer at the destinations `dst` (a device copy
+    of lazyattn_destinations' output); meta = [pool handle, rope handle or 0] (CPU int64)."""
+    _write(k_pool, v_pool, k, v, dst, meta, layer, flags)
 
 
 @write.register_fake
@@ -140,3 +149,17 @@ def decode(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor, plan_dat
 
 prefill.register_fake(_fake)
 decode.register_fake(_fake)
+
+_OPS = {"write": write, "prefill": prefill, "decode": decode}
+
+
+def call(name, *args):
+    """Operator `name` (write, prefill, decode) on args: through torch.library where torch traces
+    or a tensor is not a plain torch.Tensor, else its implementation (the same checks and
+    launch, without the dispatcher's host time)."""
+    if torch.compiler.is_compiling() or any(
+            isinstance(a, torch.Tensor) and type(a) is not torch.Tensor for a in args):
+        return _OPS[name](*args)
+    if name == "write":
+        return _write(*args)
+    return _launch(name, *args)

@@ -271,8 +271,8 @@ class Pool(_Owned):
         if not 0 <= int(layer) < self.num_layers:
             raise ValueError("%s: layer %d, expected in [0, %d)" % (where, layer, self.num_layers))
         self._check_open(where)
-        ops.write(self.k, self.v, k, v, dst.data, dst.meta, int(layer),
-                  _capi.WRITE_ROTATE if dst.rotate else 0)
+        ops.call("write", self.k, self.v, k, v, dst.data, dst.meta, int(layer),
+                 _capi.WRITE_ROTATE if dst.rotate else 0)
 
     # ---- plans and kernels -------------------------------------------------------------------
 
@@ -361,8 +361,8 @@ class Pool(_Owned):
         flags = ((_capi.APPLY_ROPE if apply_rope else 0)
                  | (_capi.QUERY_ROTATED if query_rotated else 0)
                  | (_capi.INPUTS_SCALED if inputs_scaled else 0))
-        return op(q, self.k, self.v, plan.data, plan.workspace, plan.meta, int(layer),
-                  float(softmax_scale or 0.0), flags)
+        return ops.call(op, q, self.k, self.v, plan.data, plan.workspace, plan.meta, int(layer),
+                        float(softmax_scale or 0.0), flags)
 
     def prefill(self, plan, q, layer=0, softmax_scale=None, apply_rope=True, query_rotated=False,
                 inputs_scaled=False):
@@ -371,12 +371,12 @@ class Pool(_Owned):
         requests' documents and, causally, their tails, in `layer`. Returns (o, lse): o like q,
         lse [num_queries, num_qo_heads] float32 natural-log log-sum-exp. The queries' own K/V
         must be written first. Runs on torch's current stream; no host synchronisation."""
-        return self._attend(ops.prefill, "lazyattn.Pool.prefill", plan, q, layer, softmax_scale,
+        return self._attend("prefill", "lazyattn.Pool.prefill", plan, q, layer, softmax_scale,
                             apply_rope, query_rotated, inputs_scaled)
 
     def decode(self, plan, q, layer=0, softmax_scale=None, apply_rope=True, query_rotated=False,
                inputs_scaled=False):
         """One decode step of a decode plan: q [num_requests, num_qo_heads, head_dim]; as
         prefill otherwise."""
-        return self._attend(ops.decode, "lazyattn.Pool.decode", plan, q, layer, softmax_scale,
+        return self._attend("decode", "lazyattn.Pool.decode", plan, q, layer, softmax_scale,
                             apply_rope, query_rotated, inputs_scaled)

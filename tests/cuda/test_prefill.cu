@@ -390,7 +390,9 @@ TEST_CASE("document encoding on the device matches the reference's", "[cuda][pre
       cuda::DevicePlan dp;
       dp.upload(plan, cuda::prefill_schedule(plan, AttentionParams{Hq, Hk, D}));
       cuda::DeviceBuffer<float> dlse(ref_lse.size());
-      // kAuto (the warp-specialised wgmma kernel, both forms), then the mma.sync kernel forced.
+      // kAuto (the warp-specialised wgmma kernel, both forms: with a workspace, which holds the
+      // raw form's rotated keys), then the mma.sync kernel forced.
+      cuda::PrefillWorkspace ws;
       for (cuda::PrefillKernel kernel : {cuda::PrefillKernel::kAuto, cuda::PrefillKernel::kMmaSync}) {
         cuda::PrefillArgs a;
         a.q = dq.data();
@@ -404,7 +406,7 @@ TEST_CASE("document encoding on the device matches the reference's", "[cuda][pre
                                                              : cuda::PrefillKernel::kMmaSync));
         LAZYATTN_CUDA_CHECK(cudaMemset(dout.data(), 0xff, dout.bytes()));
         LAZYATTN_CUDA_CHECK(cudaMemset(dlse.data(), 0xff, dlse.bytes()));
-        cuda::prefill(a, pool, dp, drope);
+        cuda::prefill(a, pool, dp, drope, &ws);
         std::vector<bfloat16> out = dout.download();
         std::vector<float> got(out.size());
         for (std::size_t i = 0; i < out.size(); ++i) got[i] = to_float(out[i]);
@@ -429,7 +431,7 @@ TEST_CASE("prefill's kernel choice: kAuto takes wgmma_ws where it applies, kWgmm
   // A store of head dim D with one document in `form`, its plan uploaded for prefill, and the
   // choice for a given rope, kernel and rope switch.
   auto choose = [&](int D, StorageForm form, const RopeConfig& rc, cuda::PrefillKernel kernel,
-                    bool rope_on) {
+                    bool rope_on, std::int64_t rotated_k_room = -1) {
     RopePolicy rope(rc);
     KvStoreConfig cfg{1, Hk, D, P, DType::kBFloat16, 8};
     KvStore store(cfg);
@@ -453,7 +455,7 @@ TEST_CASE("prefill's kernel choice: kAuto takes wgmma_ws where it applies, kWgmm
     a.params = AttentionParams{Hq, Hk, D};
     a.kernel = kernel;
     a.rope = rope_on;
-    return cuda::resolve_prefill_kernel(a, dp, drope);
+    return cuda::resolve_prefill_kernel(a, dp, drope, rotated_k_room);
   };
   RopeConfig full;
   full.head_dim = 128;
@@ -473,6 +475,13 @@ TEST_CASE("prefill's kernel choice: kAuto takes wgmma_ws where it applies, kWgmm
       CHECK(choose(128, form, *rc, K::kMmaSync, true) == K::kMmaSync);
     }
   }
+  // Raw form without room for its rotated keys (no workspace): kAuto takes mma.sync, kWgmmaWs
+  // names what is missing; RoPE off or local form need none.
+  CHECK(choose(128, StorageForm::kRaw, full, K::kAuto, true, 0) == K::kMmaSync);
+  CHECK_THROWS_WITH(choose(128, StorageForm::kRaw, full, K::kWgmmaWs, true, 0),
+                    Catch::Contains("no rotated-K scratch"));
+  CHECK(choose(128, StorageForm::kRaw, full, K::kAuto, false, 0) == K::kWgmmaWs);
+  CHECK(choose(128, StorageForm::kLocal, full, K::kAuto, true, 0) == K::kWgmmaWs);
   CHECK(choose(64, StorageForm::kLocal, d64, K::kAuto, true) == K::kMmaSync);
   CHECK_THROWS_WITH(choose(64, StorageForm::kLocal, d64, K::kWgmmaWs, true),
                     Catch::Contains("kernel = wgmma_ws, but head_dim is not 128 (head_dim 64"));

@@ -19,23 +19,30 @@
 #include "lazyattn/cuda/prefill/merge.cuh"
 #include "lazyattn/cuda/prefill/mma_sync.cuh"
 #include "lazyattn/cuda/prefill/params.cuh"
+#include "lazyattn/cuda/prefill/raw_keys.cuh"
 #include "lazyattn/cuda/prefill/wgmma_ws.cuh"
 
 namespace lazyattn::cuda {
 
-// Partial outputs of split-KV prefill; grows on demand (size it once before graph capture).
+// Partial outputs of split-KV prefill, and the raw-form keys rotated for the Hopper kernel; grows
+// on demand (size it once before graph capture).
 struct PrefillWorkspace {
   DeviceBuffer<float> partial_o;
   DeviceBuffer<float> partial_lse;
+  DeviceBuffer<std::uint16_t> rotated_k;
 };
 
-// Split-KV scratch in memory the caller owns, with room for `max_splits` splits: partial_o
+// Scratch in memory the caller owns. Split-KV, with room for `max_splits` splits: partial_o
 // [max_splits][num_queries * num_qo_heads][head_dim] and partial_lse [max_splits][num_queries *
-// num_qo_heads] floats. max_splits 0 (or 1): no splits.
+// num_qo_heads] floats; max_splits 0 (or 1): no splits. rotated_k: room for
+// prefill_rotated_k_elems 16-bit elements (the Hopper kernel over raw-form keys; without it such
+// a plan takes the mma.sync kernel).
 struct PrefillScratch {
   float* partial_o = nullptr;
   float* partial_lse = nullptr;
   int max_splits = 0;
+  void* rotated_k = nullptr;
+  std::int64_t rotated_k_elems = 0;
 };
 
 // The prefill kernels: the FlashAttention-2-style mma.sync kernel (every head dim, form and
@@ -70,16 +77,36 @@ struct PrefillArgs {
   // Key-range splits per query tile: 0 picks (enough CTAs to fill the GPU when the query tiles
   // alone do not), 1 none, N forces N. Splits need a workspace.
   int kv_splits = 0;
-  // Which kernel: kAuto takes the Hopper kernel (kWgmmaWs) where it applies (head dim 128) and
-  // the mma.sync kernel otherwise; kWgmmaWs insists (and throws, naming what does not fit),
-  // kMmaSync forces the FlashAttention-2-style kernel.
+  // Which kernel: kAuto takes the Hopper kernel (kWgmmaWs) where it applies (head dim 128; a
+  // plan with raw-form segments also needs the rotated-K scratch, which a PrefillWorkspace
+  // provides) and the mma.sync kernel otherwise; kWgmmaWs insists (and throws, naming what does
+  // not fit), kMmaSync forces the FlashAttention-2-style kernel.
   PrefillKernel kernel = PrefillKernel::kAuto;
 };
 
-// Why the wgmma kernel cannot take this prefill, or nullptr when it can.
-inline const char* wgmma_prefill_mismatch(const PrefillArgs& args, const DevicePlan&,
-                                          const DeviceRope&) {
+// 16-bit elements of rotated-K scratch the Hopper kernel needs for `plan` with `args`: one
+// [64][head_dim] tile per key tile of the schedule and KV head where RoPE is on and the plan has
+// raw-form segments, else 0.
+inline std::int64_t prefill_rotated_k_elems(const PrefillArgs& args, const DevicePlan& plan) {
+  if (!args.rope || !plan.has_raw_segments()) return 0;
+  std::int64_t n = plan.schedule().num_tiles;
+  for (std::int64_t f : {std::int64_t{args.params.num_kv_heads}, std::int64_t{detail::kTileKeys},
+                         std::int64_t{args.params.head_dim}})
+    LAZYATTN_CHECK(f >= 0 && !__builtin_mul_overflow(n, f, &n),
+                   "cuda::prefill_rotated_k_elems: ", plan.schedule().num_tiles, " tiles x ",
+                   args.params.num_kv_heads, " KV heads x 64 x head_dim ", args.params.head_dim,
+                   " overflows int64");
+  return n;
+}
+
+// Why the wgmma kernel cannot take this prefill, or nullptr when it can. rotated_k_room: the
+// 16-bit elements of rotated-K scratch at hand (a workspace grows to what it needs: -1).
+inline const char* wgmma_prefill_mismatch(const PrefillArgs& args, const DevicePlan& plan,
+                                          const DeviceRope&, std::int64_t rotated_k_room = -1) {
   if (args.params.head_dim != 128) return "head_dim is not 128";
+  if (rotated_k_room >= 0 && rotated_k_room < prefill_rotated_k_elems(args, plan))
+    return "the plan has raw-form segments and no rotated-K scratch for them "
+           "(PrefillScratch::rotated_k, or a PrefillWorkspace)";
   return nullptr;
 }
 
@@ -108,8 +135,9 @@ inline void upload_for_prefill(DevicePlan& device_plan, const KvBookkeeping& sto
 // The kernel prefill() launches for these arguments (kAuto resolved; throws where kWgmmaWs is
 // asked for and does not apply).
 inline PrefillKernel resolve_prefill_kernel(const PrefillArgs& args, const DevicePlan& plan,
-                                            const DeviceRope& rope) {
-  const char* mismatch = wgmma_prefill_mismatch(args, plan, rope);
+                                            const DeviceRope& rope,
+                                            std::int64_t rotated_k_room = -1) {
+  const char* mismatch = wgmma_prefill_mismatch(args, plan, rope, rotated_k_room);
   switch (args.kernel) {
     case PrefillKernel::kMmaSync:
       return PrefillKernel::kMmaSync;
@@ -168,9 +196,13 @@ inline void prefill(const PrefillArgs& args, const DevicePool& pool, const Devic
                    rope.view().offset_rows, " rows, expected >= 16 (DeviceRope's offset_rows)");
   if (sv.num_qtiles == 0) return;
 
+  LAZYATTN_CHECK(scratch.rotated_k_elems >= 0 && (scratch.rotated_k_elems == 0 || scratch.rotated_k),
+                 w, ": scratch's rotated_k of ", scratch.rotated_k_elems,
+                 " elements, expected >= 0 and a pointer where > 0");
+
   PrefillParams p;
   detail::fill_attention_params(p, args, pool, plan, rope);
-  const PrefillKernel chosen = resolve_prefill_kernel(args, plan, rope);
+  const PrefillKernel chosen = resolve_prefill_kernel(args, plan, rope, scratch.rotated_k_elems);
   const bool wgmma = chosen == PrefillKernel::kWgmmaWs;
   int splits = args.kv_splits;
   if (splits == 0)
@@ -200,6 +232,13 @@ inline void prefill(const PrefillArgs& args, const DevicePool& pool, const Devic
         };
         bool launched = false;
         if constexpr (D == 128) {
+          if (wgmma && prefill_rotated_k_elems(args, plan) > 0) {
+            // The raw-form K tiles rotated once for every query tile (prefill/raw_keys.cuh).
+            p.rotated_k = scratch.rotated_k;
+            dim3 grid(static_cast<unsigned>(sv.num_tiles), static_cast<unsigned>(ap.num_kv_heads));
+            detail::rotate_raw_tiles_kernel<T, D><<<grid, detail::kRawPassThreads, 0, stream>>>(p);
+            LAZYATTN_CUDA_CHECK_LAUNCH();
+          }
           if (wgmma) {
             constexpr int smem = detail::WgmmaPrefillShape::kSmemBytes;
             auto launch_wgmma = [&](auto kernel) {
@@ -209,12 +248,19 @@ inline void prefill(const PrefillArgs& args, const DevicePool& pool, const Devic
               kernel<<<grid, detail::kWgmmaWsThreads, smem, stream>>>(p);
               LAZYATTN_CUDA_CHECK_LAUNCH();
             };
-            if (args.rope && plan.has_raw_segments())
-              launch_wgmma(detail::prefill_wgmma_kernel<T, true, false, true>);
-            else if (args.rope && plan.single_segment_requests())
-              launch_wgmma(detail::prefill_wgmma_kernel<T, true, true>);
-            else if (args.rope) launch_wgmma(detail::prefill_wgmma_kernel<T, true>);
-            else launch_wgmma(detail::prefill_wgmma_kernel<T, false>);
+            // Builds: raw tiles or not, rotate-half over all 128 dims or any layout (one-segment
+            // requests in any layout take the general form), and RoPE off.
+            const bool any = rope.view().rotary_dim != D || rope.view().interleaved != 0;
+            using detail::prefill_wgmma_kernel;
+            if (!args.rope) launch_wgmma(prefill_wgmma_kernel<T, false>);
+            else if (plan.has_raw_segments() && any)
+              launch_wgmma(prefill_wgmma_kernel<T, true, false, true, true>);
+            else if (plan.has_raw_segments())
+              launch_wgmma(prefill_wgmma_kernel<T, true, false, true, false>);
+            else if (any) launch_wgmma(prefill_wgmma_kernel<T, true, false, false, true>);
+            else if (plan.single_segment_requests())
+              launch_wgmma(prefill_wgmma_kernel<T, true, true>);
+            else launch_wgmma(prefill_wgmma_kernel<T, true>);
             launched = true;
           }
         }
@@ -252,7 +298,18 @@ inline void prefill(const PrefillArgs& args, const DevicePool& pool, const Devic
           static_cast<std::int64_t>(plan.view().num_queries) * args.params.num_qo_heads;
       ws->partial_o.reserve(static_cast<std::size_t>(splits * out_rows * args.params.head_dim));
       ws->partial_lse.reserve(static_cast<std::size_t>(splits * out_rows));
-      scratch = PrefillScratch{ws->partial_o.data(), ws->partial_lse.data(), splits};
+      scratch.partial_o = ws->partial_o.data();
+      scratch.partial_lse = ws->partial_lse.data();
+      scratch.max_splits = splits;
+    }
+  }
+  if (ws && plan.schedule().num_qtiles > 0 && args.kernel != PrefillKernel::kMmaSync &&
+      !wgmma_prefill_mismatch(args, plan, rope)) {
+    const std::int64_t rk = prefill_rotated_k_elems(args, plan);
+    if (rk > 0) {
+      ws->rotated_k.reserve(static_cast<std::size_t>(rk));
+      scratch.rotated_k = ws->rotated_k.data();
+      scratch.rotated_k_elems = rk;
     }
   }
   LAZYATTN_CHECK(ws || args.kv_splits <= 1, "cuda::prefill: kv_splits ", args.kv_splits,
@@ -260,7 +317,8 @@ inline void prefill(const PrefillArgs& args, const DevicePool& pool, const Devic
   prefill(a, pool, plan, rope, scratch, stream);
 }
 
-// Without a workspace: no key-range splits (kv_splits must be 0 or 1).
+// Without a workspace: no key-range splits (kv_splits must be 0 or 1), and plans with raw-form
+// segments take the mma.sync kernel (kAuto) for want of rotated-K scratch.
 inline void prefill(const PrefillArgs& args, const DevicePool& pool, const DevicePlan& plan,
                     const DeviceRope& rope, cudaStream_t stream = nullptr) {
   prefill(args, pool, plan, rope, static_cast<PrefillWorkspace*>(nullptr), stream);

@@ -38,6 +38,9 @@ struct PrefillParams {
   std::int32_t kv_splits = 1;
   float* partial_o = nullptr;    // [kv_splits][num_queries * num_qo_heads][head_dim]
   float* partial_lse = nullptr;  // [kv_splits][num_queries * num_qo_heads], log2 units
+  // The Hopper kernel's raw-form K tiles rotated to local form, [tile][kv head][64][head_dim]
+  // (prefill/raw_keys.cuh); null where the plan has none.
+  void* rotated_k = nullptr;
 };
 
 namespace detail {

@@ -1,7 +1,6 @@
-// The prefill's deferred rotation in shared memory: for the mma.sync kernel the query tile's rows
-// rotated (and scaled) for a segment and a raw-form K tile rotated at its keys' logical positions;
-// for the Hopper kernel a raw-form K tile rotated at its keys' offsets in their segment by the
-// loading warpgroup. All in fp32 from exact angles combined with a table of small offsets.
+// The mma.sync prefill's deferred rotation in shared memory: the query tile's rows rotated (and
+// scaled) for a segment, and a raw-form K tile rotated at its keys' logical positions, both in
+// fp32 from exact per-segment angles combined with a table of small offsets.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -101,48 +100,6 @@ __device__ __forceinline__ void rotate_key_tile(T* ks, const float2* kbase, cons
       rotate_pair(a.y, b.y, combine_angles(kb[j + 1], ko[j + 1]));
       *x = ptx::pack2<T>(a.x, a.y);
       *y = ptx::pack2<T>(b.x, b.y);
-    }
-  }
-}
-
-// The Hopper kernel's raw-form K tile (blocked_swizzle layout, kTileKeys rows of D): one warp's
-// 16 rows [row0, row0 + 16), rotated in place at their keys' offsets in the segment, key0 + row
-// (key_base = key0 + row0, a multiple of 16): R(key_base) per pair, exact (rope_cos_sin), combined
-// with the offset table's row (row - row0) (`offsets`: [row][pair], row stride rot_half). Lane u
-// takes pairs 2u, 2u + 1 of every row: in the rotate-half layout the 32-bit words at dims 2u and
-// rot_half + 2u, interleaved the 64 bits at dims 4u..4u+3; the lanes of one row touch distinct
-// banks. Lanes past rot_half / 2 idle (partial rotary dims have less to rotate).
-template <class T, int D>
-__device__ __forceinline__ void rotate_raw_key_rows(T* ks, int row0, std::int64_t key_base,
-                                                    const std::uint64_t* turns,
-                                                    const float2* offsets, int rot_half,
-                                                    bool interleaved, int lane) {
-  for (int u = lane; 2 * u < rot_half; u += 32) {
-    const int j = 2 * u;
-    const float2 c0 = rope_cos_sin(key_base, turns[j]);
-    const float2 c1 = rope_cos_sin(key_base, turns[j + 1]);
-    const int dx = interleaved ? 2 * j : j;
-    const int dy = interleaved ? 2 * j + 2 : j + rot_half;
-#pragma unroll 4
-    for (int r = 0; r < 16; ++r) {
-      const float4 f = __ldg(reinterpret_cast<const float4*>(offsets + r * rot_half + j));
-      const float2 a = combine_angles(c0, make_float2(f.x, f.y));
-      const float2 b = combine_angles(c1, make_float2(f.z, f.w));
-      const int row = row0 + r;
-      auto* xp = reinterpret_cast<std::uint32_t*>(
-          ks + blocked_swizzle<D, kTileKeys>(row, dx >> 3) + (dx & 7));
-      auto* yp = reinterpret_cast<std::uint32_t*>(
-          ks + blocked_swizzle<D, kTileKeys>(row, dy >> 3) + (dy & 7));
-      float2 x = ptx::unpack2<T>(*xp), y = ptx::unpack2<T>(*yp);
-      if (interleaved) {
-        rotate_pair(x.x, x.y, a);
-        rotate_pair(y.x, y.y, b);
-      } else {
-        rotate_pair(x.x, y.x, a);
-        rotate_pair(x.y, y.y, b);
-      }
-      *xp = ptx::pack2<T>(x.x, x.y);
-      *yp = ptx::pack2<T>(y.x, y.y);
     }
   }
 }

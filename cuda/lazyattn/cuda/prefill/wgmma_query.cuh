@@ -141,8 +141,42 @@ __device__ __noinline__ void wgmma_rotate_query_frag(const T* q_raw, uint4* q_fr
 // register (interleaved: d, d + 1 are one pair) or in fragment (kk +- rotary / 32, r) (rotate-half:
 // partner d +- rotary / 2), so every thread rotates its own elements; dims from rotary_dim on pass
 // through, scaled by sm_scale alone. Whether a fragment's dims are rotary, and which half of a
-// pair they are, depends on kk only (rotary dims come in multiples of 16, halves of 8 or 16):
-// the branches below are the same for every thread.
+// pair they are, depends on kk only (rotary dims come in multiples of 16, halves of 8 or 16).
+// The code has no branches on the layout, only selects (the identity rotation for dims past the
+// rotary ones): branches between the unrolled fragments kept their shared-memory loads from
+// overlapping, and the prologue and each segment's rebuild ran several times slower.
+struct FragmentPairs {
+  int j;       // the rotary pair of dims d (and d + 1: pair j + 1 in the rotate-half layout)
+  int kp;      // the k-step holding the partners (rotate-half; kk itself otherwise)
+  bool first;  // rotate-half: d is a pair's first member
+  bool rot;    // d < rotary_dim
+};
+__device__ __forceinline__ FragmentPairs fragment_pairs(int kk, int r, int t4, int rotary,
+                                                        bool interleaved) {
+  const int d = 16 * kk + 2 * t4 + 8 * (r >> 1);
+  const int half = rotary / 2;
+  FragmentPairs f;
+  f.rot = 16 * kk < rotary;
+  f.first = interleaved || 16 * kk < half;
+  const int j = interleaved ? d >> 1 : f.first ? d : d - half;
+  const int kp = interleaved ? kk : f.first ? kk + rotary / 32 : kk - rotary / 32;
+  f.j = f.rot ? j : 0;
+  f.kp = f.rot ? kp : kk;
+  return f;
+}
+// Dims (x.x, x.y) rotated by their pairs' cos/sin (c0 for pair j, c1 for j + 1), partners y
+// (rotate-half); interleaved, (x.x, x.y) is pair j itself. Identity where !f.rot.
+__device__ __forceinline__ float2 rotate_fragment(float2 x, float2 y, float2 c0, float2 c1,
+                                                  const FragmentPairs& f, bool interleaved) {
+  const float2 id = make_float2(1.0f, 0.0f);
+  c0 = f.rot ? c0 : id;
+  c1 = f.rot ? c1 : id;
+  float2 xi = x;
+  rotate_pair(xi.x, xi.y, c0);
+  const float2 xh = make_float2(rotate_element(x.x, y.x, c0, f.first),
+                                rotate_element(x.y, y.y, c1, f.first));
+  return interleaved ? xi : xh;
+}
 
 // Fragment (kk, r) of R(delta_i) q: the raw query's dims times rot_scale (rotary dims, rotated by
 // the coarse table at 16 (i / 16) combined with the offset table at i % 16, both [row][pair] with
@@ -154,30 +188,24 @@ __device__ __forceinline__ float2 wgmma_rotated_fragment(const T* q_raw, const f
                                                          int rotary, bool interleaved,
                                                          float rot_scale, float pass_scale) {
   constexpr int kStride = 64;  // the tables' pairs per row (head dim 128)
-  const int d = 16 * kk + 2 * t4 + 8 * (r >> 1);
+  const FragmentPairs f = fragment_pairs(kk, r, t4, rotary, interleaved);
   const int row = row_a + 8 * (r & 1);
   auto dims = [&](int dim) {
     const T* at = q_raw + blocked_swizzle<128, kPrefillRows>(row, dim >> 3) + (dim & 7);
     return ptx::unpack2<T>(*reinterpret_cast<const std::uint32_t*>(at));
   };
-  float2 x = dims(d);
-  if (16 * kk >= rotary) return make_float2(x.x * pass_scale, x.y * pass_scale);
+  const int d = 16 * kk + 2 * t4 + 8 * (r >> 1);
+  const float2 x = dims(d);
+  const float2 y = dims(d + 16 * (f.kp - kk));  // the partners (x again where none)
   const int i = (r & 1) ? ib : ia;
   const float2* coarse = cs_q + (i >> 4) * kStride;
   const float2* fine = cs_off + (i & 15) * kStride;
-  if (interleaved) {
-    const int j = d >> 1;
-    rotate_pair(x.x, x.y, combine_angles(coarse[j], fine[j]));
-  } else {
-    const int half = rotary / 2;
-    const bool first = 16 * kk < half;
-    const int j = first ? d : d - half;
-    const float2 y = dims(first ? d + half : d - half);
-    const float2 c0 = combine_angles(coarse[j], fine[j]);
-    const float2 c1 = combine_angles(coarse[j + 1], fine[j + 1]);
-    x = make_float2(rotate_element(x.x, y.x, c0, first), rotate_element(x.y, y.y, c1, first));
-  }
-  return make_float2(x.x * rot_scale, x.y * rot_scale);
+  const int j1 = min(f.j + 1, kStride - 1);
+  const float2 c0 = combine_angles(coarse[f.j], fine[f.j]);
+  const float2 c1 = combine_angles(coarse[j1], fine[j1]);
+  const float2 v = rotate_fragment(x, y, c0, c1, f, interleaved);
+  const float scale = f.rot ? rot_scale : pass_scale;
+  return make_float2(v.x * scale, v.y * scale);
 }
 
 // wgmma_rotate_query for the other layouts: fragment (kk, r) of R(m) q into q_pre at
@@ -199,28 +227,6 @@ __device__ __noinline__ void wgmma_rotate_query_any(const T* q_raw, float2* q_pr
           pass_scale);
 }
 
-// wgmma_rotate_query_frag for the other layouts: R(m - s) q rounded into this thread's A
-// fragments (the query scale folded into cs_q; pass_scale for the dims past the rotary ones).
-template <class T>
-__device__ __noinline__ void wgmma_rotate_query_frag_any(const T* q_raw, uint4* q_frag,
-                                                         const float2* cs_q,
-                                                         const float2* cs_off, int row_a, int G,
-                                                         int t4, int tid, int rotary,
-                                                         bool interleaved, float pass_scale) {
-  const int ia = row_a / G, ib = (row_a + 8) / G;
-#pragma unroll
-  for (int kk = 0; kk < 8; ++kk) {
-    std::uint32_t f[4];
-#pragma unroll
-    for (int r = 0; r < 4; ++r) {
-      const float2 x = wgmma_rotated_fragment(q_raw, cs_q, cs_off, row_a, ia, ib, t4, kk, r,
-                                              rotary, interleaved, 1.0f, pass_scale);
-      f[r] = ptx::pack2<T>(x.x, x.y);
-    }
-    q_frag[kk * kWgmmaPrefillThreads + tid] = make_uint4(f[0], f[1], f[2], f[3]);
-  }
-}
-
 // A-fragment entry (kk, r) of R(-s) (R(m) q) for the other layouts, from this thread's q_pre
 // (wgmma_rotate_query_any) and the segment's cos/sin `cs` (per pair); kk compile-time.
 template <class T>
@@ -228,22 +234,11 @@ __device__ __forceinline__ std::uint32_t wgmma_segment_fragment(const float2* q_
                                                                 const float2* cs, int kk, int r,
                                                                 int t4, int tid, int rotary,
                                                                 bool interleaved) {
-  float2 x = q_pre[wgmma_q_pre_index(kk % 4, r, kk / 4, tid)];
-  if (16 * kk < rotary) {
-    const int d = 16 * kk + 2 * t4 + 8 * (r >> 1);
-    if (interleaved) {
-      rotate_pair(x.x, x.y, cs[d >> 1]);
-    } else {
-      const int half = rotary / 2, steps = rotary / 32;  // k-steps per half
-      const bool first = 16 * kk < half;
-      const int j = first ? d : d - half;
-      const int kp = first ? kk + steps : kk - steps;  // the partners' k-step
-      const float2 y = q_pre[wgmma_q_pre_index(kp % 4, r, kp / 4, tid)];
-      x = make_float2(rotate_element(x.x, y.x, cs[j], first),
-                      rotate_element(x.y, y.y, cs[j + 1], first));
-    }
-  }
-  return ptx::pack2<T>(x.x, x.y);
+  const FragmentPairs f = fragment_pairs(kk, r, t4, rotary, interleaved);
+  const float2 x = q_pre[wgmma_q_pre_index(kk % 4, r, kk / 4, tid)];
+  const float2 y = q_pre[wgmma_q_pre_index(f.kp % 4, r, f.kp / 4, tid)];
+  const float2 v = rotate_fragment(x, y, cs[f.j], cs[min(f.j + 1, 63)], f, interleaved);
+  return ptx::pack2<T>(v.x, v.y);
 }
 
 }  // namespace lazyattn::cuda::detail

@@ -3,13 +3,13 @@
 // interleaved pairs, all or some dims rotary) or RoPE off; other head dims run on the mma.sync
 // kernel (prefill/mma_sync.cuh). One CTA takes 128 query rows (GQA-packed) of one request and one
 // KV head.
-//  - Loading: warpgroup 2 (24 registers, 56 where it rotates; the others take the rest with
-//    setmaxnreg) streams the K/V tiles through a ring of kWgmmaStages stages with cp.async
-//    (page-table gather) in the blocked 128-byte-swizzle layout wgmma's descriptors read, and
-//    signals each stage on an mbarrier (full); the computing warps release a stage on another
-//    (empty) once both its wgmmas are done. A raw-form K tile (keys stored before RoPE) is
-//    rotated in place by this warpgroup, once for both computing ones, to R(key0 + row) k: what
-//    a local-form page holds, so the computing warps treat the two forms alike (kRawTiles).
+//  - Loading: warpgroup 2 (24 registers; the others take the rest with setmaxnreg) streams the
+//    K/V tiles through a ring of kWgmmaStages stages with cp.async (page-table gather) in the
+//    blocked 128-byte-swizzle layout wgmma's descriptors read, and signals each stage on an
+//    mbarrier (full); the computing warps release a stage on another (empty) once both its
+//    wgmmas are done. Raw-form K tiles (keys stored before RoPE, kRawTiles) come rotated to
+//    R(key0 + row) k, what a local-form page holds, from a pass before the kernel
+//    (prefill/raw_keys.cuh), so the computing warps treat the two forms alike.
 //  - Query: wgmma's A operand comes from registers. Once per CTA each thread rotates its own
 //    query elements to their absolute positions m (R(m) q, scaled, fp32) into shared memory; a
 //    segment starting at s then needs R(m - s) q = R(-s) (R(m) q): one cos/sin per rotary pair,
@@ -37,7 +37,7 @@
 #include "lazyattn/cuda/mbarrier.cuh"
 #include "lazyattn/cuda/prefill/io.cuh"
 #include "lazyattn/cuda/prefill/params.cuh"
-#include "lazyattn/cuda/prefill/rotate.cuh"
+#include "lazyattn/cuda/prefill/raw_keys.cuh"
 #include "lazyattn/cuda/prefill/wgmma_query.cuh"
 #include "lazyattn/cuda/ptx.cuh"
 #include "lazyattn/cuda/rope.cuh"
@@ -47,20 +47,25 @@
 
 namespace lazyattn::cuda::detail {
 
-template <class T, bool kRope, bool kOneSeg = false, bool kRawTiles = false>
+// kAnyRotary: interleaved pairs or rotary dims fewer than 128 (read at run time); false: the
+// rotate-half layout over all 128 dims, with compile-time tables (its own build: with both paths
+// in one, the local form's tile loop ran 7-12% slower).
+template <class T, bool kRope, bool kOneSeg = false, bool kRawTiles = false,
+          bool kAnyRotary = false>
 __global__ void __launch_bounds__(kWgmmaWsThreads, 1)
     prefill_wgmma_kernel(const __grid_constant__ PrefillParams p) {
   static_assert(!kOneSeg || kRope, "the one-segment form rotates its query once");
   static_assert(!kRawTiles || (kRope && !kOneSeg), "raw tiles: the RoPE build over segments");
+  static_assert(!kAnyRotary || (kRope && !kOneSeg), "other layouts: the RoPE build over segments");
   using Shape = WgmmaPrefillShape;
   constexpr int D = Shape::D;
   constexpr int kThreads = kWgmmaPrefillThreads;
   constexpr int S = kWgmmaStages;
   constexpr int KSteps = D / 16;
   constexpr int kHalf = D / 2;  // the tables' row stride in pairs (rotary_dim <= D)
-  // The loading warpgroup's registers: 24 to copy, 56 to rotate raw tiles as well (at 40 it
-  // spilled); the computing warpgroups share the rest of 3 x 168 (240 or 224).
-  constexpr int kLoadRegs = kRawTiles ? 56 : 24;
+  // The loading warpgroup's registers: 24 (40 where it picks raw tiles' K from the scratch: at
+  // 24 it spilled); the computing warpgroups share the rest of 3 x 168 (240 or 232).
+  constexpr int kLoadRegs = kRawTiles ? 40 : 24;
   constexpr int kComputeRegs = (3 * 168 - kLoadRegs) / 2;
   extern __shared__ __align__(1024) unsigned char smem[];
   if ((ptx::smem_addr(smem) & 1023u) != 0) __trap();  // the swizzle keys on address bits
@@ -99,8 +104,8 @@ __global__ void __launch_bounds__(kWgmmaWsThreads, 1)
   const int causal_offset = p.plan.segment_length[p.plan.request_tail_segment[b]] - nq;
   const int max_visible_tail = causal_offset + (row_begin + rows_here - 1) / G;
   const int rope_set = p.rope.per_request ? b : 0;
-  const int rot_half = p.rope.rotary_dim / 2;  // rotary pairs (kRope)
-  const bool interleaved = p.rope.interleaved != 0;
+  const int rot_half = kAnyRotary ? p.rope.rotary_dim / 2 : kHalf;  // rotary pairs (kRope)
+  const bool interleaved = kAnyRotary && p.rope.interleaved != 0;
   const std::uint64_t* turns = p.rope.turns + static_cast<std::int64_t>(rope_set) * rot_half;
   const float2* offset_cs =
       p.rope.offset_cs + static_cast<std::int64_t>(rope_set) * p.rope.offset_rows * rot_half;
@@ -135,23 +140,6 @@ __global__ void __launch_bounds__(kWgmmaWsThreads, 1)
     const int at_row_in = blocked_swizzle<D, kTileKeys>(row_in, chunk);
     const int slot_mask = (1 << p.page_size_log2) - 1;
     prefetch_tile_records(p.sched.tiles, tile_begin, tile_end, ltid, 128);
-    // kRawTiles: a tile's copies are waited for an iteration later, once the next tile's are out;
-    // then a raw tile is rotated in place (each warp 16 rows, rotate_raw_key_rows: R(key0 + row)
-    // k, the rotation a local-form page stores, so the computing warps treat both forms alike)
-    // and the stage signalled by a plain arrival. Other builds let the copies arrive themselves.
-    [[maybe_unused]] int pending_key0 = 0, pending_raw = 0;  // the tile finished next
-    [[maybe_unused]] auto finish = [&](int stage, auto last) {
-      if constexpr (decltype(last)::value) ptx::cp_async_wait<0>();
-      else ptx::cp_async_wait<1>();
-      if (pending_raw) {
-        ptx::named_barrier_sync<3, 128>();  // every loading thread's copies of the tile landed
-        rotate_raw_key_rows<T, D>(stages + stage * 2 * kTileKeys * D, 16 * lwarp,
-                                  pending_key0 + 16 * lwarp, turns, offset_cs, rot_half,
-                                  interleaved, lane);
-        ptx::fence_proxy_async_smem();  // the rotated K, for the computing warps' wgmma
-      }
-      ptx::mbarrier_arrive(full_bar(stage));
-    };
     // The hand-over: this warpgroup also passes the computing warps' prologue barriers (the
     // tables' inputs stored; the raw query landed), CTA barriers, then the one that lets it
     // write stages 2 and 3. With the first two over the computing warps alone (named
@@ -185,6 +173,14 @@ __global__ void __launch_bounds__(kWgmmaWsThreads, 1)
       const int key_r = ti.key0 + row_in;
       const int left = ti.rows - row_in;  // rows of the tile from row_in on
       const int page0 = ti.key0 >> p.page_size_log2;
+      // A raw tile's K comes from the scratch the raw-key pass rotated it into (contiguous rows):
+      // k_rows is its row row_in, chunk `chunk`, or null for a tile read from its pages. (One
+      // loop for both kinds, the K address picked per row.)
+      [[maybe_unused]] const T* k_rows =
+          kRawTiles && ti.form == static_cast<std::int32_t>(StorageForm::kRaw)
+              ? static_cast<const T*>(p.rotated_k) + rotated_k_tile(p, tile, kv_head, D) +
+                    row_in * D + chunk * 8
+              : nullptr;
 #pragma unroll
       for (int i = 0; i < kTileKeys / 8; ++i) {
         const int key = key_r + 8 * i;
@@ -198,21 +194,16 @@ __global__ void __launch_bounds__(kWgmmaWsThreads, 1)
         // a constant. Computed per row, ptxas kept eight offsets live across the loop and
         // spilled them (11 local loads per tile in the RoPE build).
         const int at = at_row_in + blocked_swizzle<D, kTileKeys>(8 * i, 0);
-        ptx::cp_async_16(ptx::smem_addr(ks + at), k_head + off, valid);
+        if constexpr (kRawTiles) {
+          const T* k_src = k_rows ? k_rows + 8 * i * D : k_head + off;
+          ptx::cp_async_16(ptx::smem_addr(ks + at), k_src, valid);
+        } else {
+          ptx::cp_async_16(ptx::smem_addr(ks + at), k_head + off, valid);
+        }
         ptx::cp_async_16(ptx::smem_addr(vs + at), v_head + off, valid);
       }
-      if constexpr (kRawTiles) {
-        ptx::cp_async_commit();
-        if (it > 0) finish((it - 1) % S, std::false_type{});
-        pending_key0 = ti.key0;
-        pending_raw = ti.form == static_cast<std::int32_t>(StorageForm::kRaw);
-      } else {
-        ptx::cp_async_mbarrier_arrive_noinc(full_bar(stage));
-      }
+      ptx::cp_async_mbarrier_arrive_noinc(full_bar(stage));
     }
-    // (The last tile before the hand-over: the computing warps wait for tile 0 inside it.)
-    if constexpr (kRawTiles)
-      if (tile_begin < tile_end) finish((tile_end - 1 - tile_begin) % S, std::true_type{});
     if (tile_end - tile_begin <= 2) hand_over();  // the loop did not reach it == 2
     ptx::cp_async_wait<0>();
     return;
@@ -243,12 +234,14 @@ __global__ void __launch_bounds__(kWgmmaWsThreads, 1)
   };
   // Every dim rotary in the rotate-half layout: the query side's tuned path (pairs d, d + 64 in
   // k-steps kk, kk + 4); interleaved pairs and partial rotary dims take the general one.
-  const bool full_half = kRope && rot_half == kHalf && !interleaved;
+  constexpr bool full_half = !kAnyRotary;
   // The offset table's 16 rows (row 0, the identity, for every row of a pre-rotated query).
   auto load_offsets = [&] {
-    for (int i = tid; i < 16 * kHalf; i += kThreads)
-      if (i % kHalf < rot_half)
+    for (int i = tid; i < 16 * kHalf; i += kThreads) {
+      if constexpr (!kAnyRotary) cs_off[i] = offset_cs[row_step ? i : i % kHalf];
+      else if (i % kHalf < rot_half)
         cs_off[i] = offset_cs[(row_step ? i / kHalf : 0) * rot_half + i % kHalf];
+    }
   };
   // Tile records rolled two tiles ahead (cur, next, n2: each read two tiles before it is
   // needed), only what the softmax needs of a tile (its keys, whether it is the tail's); the
@@ -303,18 +296,14 @@ __global__ void __launch_bounds__(kWgmmaWsThreads, 1)
   // (out of line; its own entries, so no barrier).
   auto prepare_query = [&] {
     if constexpr (kOneSeg) {
-      if (full_half)
-        wgmma_rotate_query_frag<T>(q_raw, q_frag, cs_q, cs_off, row_a, G, t4, tid);
-      else
-        wgmma_rotate_query_frag_any<T>(q_raw, q_frag, cs_q, cs_off, row_a, G, t4, tid,
-                                       p.rope.rotary_dim, interleaved, p.sm_scale_log2);
+      wgmma_rotate_query_frag<T>(q_raw, q_frag, cs_q, cs_off, row_a, G, t4, tid);
 #pragma unroll
       for (int kk = 0; kk < KSteps; ++kk) {
         const uint4 f = q_frag[kk * kThreads + tid];
         qf[kk][0] = f.x, qf[kk][1] = f.y, qf[kk][2] = f.z, qf[kk][3] = f.w;
       }
     } else if constexpr (kRope) {
-      if (full_half)
+      if constexpr (full_half)
         wgmma_rotate_query<T>(q_raw, q_pre, cs_q, cs_off, row_a, G, t4, tid, q_scale);
       else
         wgmma_rotate_query_any<T>(q_raw, q_pre, cs_q, cs_off, row_a, G, t4, tid,
@@ -340,7 +329,7 @@ __global__ void __launch_bounds__(kWgmmaWsThreads, 1)
   // not its registers (one k-step at a time is slower on the RAG tail).
   auto build_query = [&] {
     const float2* cs = cs_seg + wg * kHalf;
-    if (!full_half) {
+    if constexpr (!full_half) {
 #pragma unroll
       for (int kk = 0; kk < KSteps; ++kk)
 #pragma unroll
