@@ -12,9 +12,11 @@ behind its raw pointers (devices, dtypes, layouts, and that every buffer is as l
 and plan its handles name) and raises ValueError naming the tensor before anything runs.
 
 `call(name, ...)` is how lazyattn.Pool runs them: the operator where torch traces (torch.compile,
-export, fake or functional tensors), its implementation directly otherwise. The dispatch of a
-mutating custom operator costs about 0.14 ms of host time per call in eager mode (torch 2.11),
-two calls per layer and decode step under transformers: 9 ms of a 37 ms step of Llama-3.1-8B.
+export, fake or functional tensors), its implementation directly otherwise (the same checks and
+launch). In eager mode the dispatch of these mutating custom operators is host time the decode
+step waits on: under transformers (Llama-3.1-8B shapes, 32 layers, two calls per layer and
+step, torch 2.11, H200) a decode step took 43.0 ms through the operators, 22.8 ms calling the
+implementations.
 """
 import ctypes
 

@@ -209,7 +209,7 @@ TEST_CASE("the wgmma prefill kernel in every storage form and rotary layout",
 
 // Raw keys under a length-dependent schedule (dynamic NTK: one frequency set per request), and
 // raw-form requests of one segment each (a raw document's encoding; the raw build takes them).
-TEST_CASE("the wgmma prefill kernel on raw keys: dynamic RoPE, one-segment requests",
+TEST_CASE("the wgmma prefill kernel on raw keys under dynamic RoPE and in one-segment requests",
           "[cuda][prefill][hopper]") {
   for (PairLayout pairs : {PairLayout::kHalf, PairLayout::kInterleaved}) {
     ScenarioSpec spec = wgmma_rag_spec(70, 32);
