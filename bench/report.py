@@ -90,12 +90,18 @@ def prefill_table(ours, peers):
         r = {"shape": shape, "ours_tflops": tf, "ours_us": us,
              "flash_tflops": p.get("flash_tflops"), "cudnn_tflops": p.get("cudnn_tflops")}
         peer_ratios(r, tf, us, "local", "local", "rope_off")
-        # Raw form runs on the mma.sync kernel: its RoPE-off twin is rope_off_mma where measured.
-        raw_twin = "rope_off_mma" if "rope_off_mma" in us else "rope_off"
-        if "raw" in us and raw_twin in us:
-            r["rope_overhead_raw"] = us["raw"] / us[raw_twin] - 1.0
+        # Each mode's RoPE-off twin is the RoPE-off run of the kernel it ran on (the label): the
+        # raw form ran on the mma.sync kernel until 35b9678.
+        r["kernel"] = {k: v.get("label", "") for k, v in modes.items()}
+        raw_twin = "rope_off_mma" if r["kernel"].get("raw") == "mma_sync" else "rope_off"
+        peer_ratios(r, tf, us, "raw", "raw", raw_twin)
+        # The other rotary layouts (their RoPE-off run is rope_off: without RoPE the layout
+        # does not matter), both forms.
+        for mode in ("local_interleaved", "raw_interleaved", "local_partial", "raw_partial"):
+            peer_ratios(r, tf, us, mode, mode, "rope_off")
         # The mma.sync kernel forced (local / rope_off are what PrefillKernel::kAuto picks).
         peer_ratios(r, tf, us, "local_mma", "mma", "rope_off_mma")
+        peer_ratios(r, tf, us, "raw_mma", "raw_mma", "rope_off_mma")
         out.append(r)
     return out
 
@@ -103,9 +109,10 @@ def prefill_table(ours, peers):
 def prefill_markdown(rows, meta):
     lines = [f"Prefill, {meta['device']}, commit {meta['commit']}, {meta['date']}; medians; "
              "TFLOP/s = 4 q kv d heads / time (halved for the causal square).", "",
-             "Kernels as PrefillKernel::kAuto picks them (the warp-specialised wgmma kernel for local "
-             "and RoPE off at head dim 128; mma.sync for raw, whose overhead is against the "
-             "mma.sync RoPE-off run).", "",
+             "Kernels as PrefillKernel::kAuto picks them (head dim 128: " +
+             ", ".join(sorted({f"{m} {k}" for r in rows for m, k in r.get("kernel", {}).items()
+                               if m in ("local", "raw", "rope_off")})) +
+             "; each RoPE overhead against the RoPE-off run of the same kernel).", "",
              "| shape | local | raw | RoPE off | flash | cuDNN | local / flash | local / cuDNN | "
              "RoPE overhead local / raw |", "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
@@ -115,17 +122,35 @@ def prefill_markdown(rows, meta):
                      f"{fmt(r['cudnn_tflops'], '{:.0f}')} | {fmt(r.get('local_vs_flash'))}x | "
                      f"{fmt(r.get('local_vs_cudnn'))}x | {fmt(r.get('rope_overhead_local'), '{:+.1%}')} / "
                      f"{fmt(r.get('rope_overhead_raw'), '{:+.1%}')} |")
+    if any("local_interleaved" in r["ours_tflops"] for r in rows):
+        lines += ["", "Other rotary layouts (interleaved pairs; half the dims rotary, rotate-half), "
+                  "both forms, same run; RoPE overhead against rope_off:", "",
+                  "| shape | mode | TFLOP/s | / flash | / cuDNN | RoPE overhead |",
+                  "|---|---|---|---|---|---|"]
+        for r in rows:
+            for mode in ("raw", "local_interleaved", "raw_interleaved", "local_partial",
+                         "raw_partial"):
+                if mode not in r["ours_tflops"]:
+                    continue
+                over = r.get("rope_overhead_raw") if mode == "raw" else r.get(
+                    "rope_overhead_" + mode)
+                lines.append(f"| {r['shape']} | {mode} | {fmt(r['ours_tflops'][mode], '{:.0f}')} | "
+                             f"{fmt(r.get(mode + '_vs_flash'))}x | {fmt(r.get(mode + '_vs_cudnn'))}x | "
+                             f"{fmt(over, '{:+.1%}')} |")
     lines += variant_table(rows, "The mma.sync kernel forced (PrefillKernel::kMmaSync), same run:",
                            "local_mma", "rope_off_mma", "mma")
+    lines += variant_table(rows, "The mma.sync kernel's raw form (raw_mma), same run:",
+                           "raw_mma", "rope_off_mma", "raw_mma", "raw")
     return "\n".join(lines) + "\n"
 
 
-def variant_table(rows, title, mode, rope_off, label):
+def variant_table(rows, title, mode, rope_off, label, column="local"):
     """A prefill kernel variant's rows (benchmark modes `mode` and `rope_off`, ratios under
     `label` from peer_ratios), or nothing where no row has it."""
     if not any(mode in r["ours_tflops"] for r in rows):
         return []
-    lines = ["", title, "", "| shape | local | RoPE off | local / flash | local / cuDNN | RoPE overhead |",
+    lines = ["", title, "", f"| shape | {column} | RoPE off | {column} / flash | {column} / cuDNN | "
+             "RoPE overhead |",
              "|---|---|---|---|---|---|"]
     for r in rows:
         tf = r["ours_tflops"]

@@ -43,17 +43,20 @@ __device__ __forceinline__ std::int64_t rotated_k_tile(const PrefillParams& p, i
   return (static_cast<std::int64_t>(tile) * num_kv_heads + kv_head) * kTileKeys * head_dim;
 }
 
-// One CTA per (tile, KV head); tiles of other forms return at once. The tile's rows are read from
-// their pages into shared memory, rotated in fp32 (exact angles of key0 + 16 a per pair, combined
-// with the offset table's row r % 16, as the local form's pages were written) and stored, rounded
-// once; rows past the tile's keys are not written (the kernel does not read them).
+// One CTA per (tile, KV head); tiles of other forms return at once. Each thread takes whole
+// 16-byte chunks of a row straight from its page: in the rotate-half layout a chunk of 8 first
+// members and the chunk of their partners (8 pairs), interleaved a chunk of 4 pairs, past the
+// rotary dims a chunk to copy; rotates them in fp32 (exact angles of key0 + 16 a per pair in
+// shared memory, combined with the offset table's row r % 16, as the local form's pages were
+// written) and stores them rounded once. Rows past the tile's keys are not written (the kernel
+// does not read them). (Element by element through a shared-memory copy of the tile, the pass
+// was issue-bound: about 50 us of the RAG tail's 221.)
 template <class T, int D>
 __global__ void __launch_bounds__(kRawPassThreads)
     rotate_raw_tiles_kernel(const __grid_constant__ PrefillParams p) {
   const int tile = blockIdx.x, kv_head = blockIdx.y, tid = threadIdx.x;
   const TileInfo ti = p.sched.tiles[tile];
   if (ti.form != static_cast<std::int32_t>(StorageForm::kRaw) || ti.rows == 0) return;
-  __shared__ __align__(16) T rows[kTileKeys][D];
   __shared__ float2 coarse[kTileKeys / 16][D / 2];
   constexpr int kChunks = D / 8;
   const int rot_half = p.rope.rotary_dim / 2;
@@ -62,39 +65,58 @@ __global__ void __launch_bounds__(kRawPassThreads)
   const std::uint64_t* turns = p.rope.turns + static_cast<std::int64_t>(rope_set) * rot_half;
   const float2* fine =
       p.rope.offset_cs + static_cast<std::int64_t>(rope_set) * p.rope.offset_rows * rot_half;
-
-  const T* k_head = static_cast<const T*>(p.k_pool) + kv_head * p.head_stride;
-  const int mask = (1 << p.page_size_log2) - 1;
-  for (int i = tid; i < ti.rows * kChunks; i += kRawPassThreads) {
-    const int r = i / kChunks, c = i % kChunks, key = ti.key0 + r;
-    const int page = p.plan.page_ids[ti.page_base + (key >> p.page_size_log2)];
-    const std::int64_t off =
-        static_cast<std::int64_t>(page) * p.page_stride + static_cast<std::int64_t>(key & mask) * D;
-    *reinterpret_cast<uint4*>(&rows[r][c * 8]) =
-        __ldg(reinterpret_cast<const uint4*>(k_head + off) + c);
-  }
   for (int i = tid; i < (kTileKeys / 16) * rot_half; i += kRawPassThreads)
     coarse[i / rot_half][i % rot_half] =
         rope_cos_sin(ti.key0 + 16 * (i / rot_half), turns[i % rot_half]);
   __syncthreads();
 
+  const T* k_head = static_cast<const T*>(p.k_pool) + kv_head * p.head_stride;
   T* out = static_cast<T*>(p.rotated_k) + rotated_k_tile(p, tile, kv_head, D);
-  for (int i = tid; i < ti.rows * kChunks; i += kRawPassThreads) {
-    const int r = i / kChunks, c = i % kChunks;
-    alignas(16) T v[8];
+  const int mask = (1 << p.page_size_log2) - 1;
+  // Work items per row: the rotate-half layout's first-half chunks (each with its partners),
+  // then the chunks past the rotary dims; interleaved, every chunk.
+  const int half_chunks = interleaved ? 0 : rot_half / 8;
+  const int items = interleaved ? kChunks : kChunks - half_chunks;
+  for (int i = tid; i < ti.rows * items; i += kRawPassThreads) {
+    const int r = i / items, u = i % items, key = ti.key0 + r;
+    const int page = p.plan.page_ids[ti.page_base + (key >> p.page_size_log2)];
+    const T* src = k_head + static_cast<std::int64_t>(page) * p.page_stride +
+                   static_cast<std::int64_t>(key & mask) * D;
+    T* dst = out + static_cast<std::int64_t>(r) * D;
+    const float2* cq = coarse[r / 16];
+    const float2* cf = fine + (r % 16) * rot_half;
+    if (!interleaved && u < half_chunks) {  // dims 8u.. and their partners rot_half + 8u..
+      uint4 xa = __ldg(reinterpret_cast<const uint4*>(src + 8 * u));
+      uint4 ya = __ldg(reinterpret_cast<const uint4*>(src + rot_half + 8 * u));
+      std::uint32_t* xw = reinterpret_cast<std::uint32_t*>(&xa);
+      std::uint32_t* yw = reinterpret_cast<std::uint32_t*>(&ya);
 #pragma unroll
-    for (int e = 0; e < 8; ++e) {
-      const int d = c * 8 + e;
-      float x = ptx::to_f32(rows[r][d]);
-      if (d < 2 * rot_half) {
-        const RotaryPair pr = rotary_pair(d, rot_half, interleaved);
-        const float2 cs = combine_angles(coarse[r / 16][pr.j], fine[(r % 16) * rot_half + pr.j]);
-        x = rotate_element(x, ptx::to_f32(rows[r][pr.partner]), cs, pr.first);
+      for (int w = 0; w < 4; ++w) {
+        const int j = 8 * u + 2 * w;
+        float2 x = ptx::unpack2<T>(xw[w]), y = ptx::unpack2<T>(yw[w]);
+        rotate_pair(x.x, y.x, combine_angles(cq[j], cf[j]));
+        rotate_pair(x.y, y.y, combine_angles(cq[j + 1], cf[j + 1]));
+        xw[w] = ptx::pack2<T>(x.x, x.y);
+        yw[w] = ptx::pack2<T>(y.x, y.y);
       }
-      v[e] = ptx::from_f32<T>(x);
+      *reinterpret_cast<uint4*>(dst + 8 * u) = xa;
+      *reinterpret_cast<uint4*>(dst + rot_half + 8 * u) = ya;
+    } else {
+      // A chunk of 4 interleaved pairs, or one past the rotary dims (copied).
+      const int c = interleaved ? u : u + half_chunks;  // rotate-half: u >= half_chunks here
+      uint4 xa = __ldg(reinterpret_cast<const uint4*>(src + 8 * c));
+      if (8 * c < 2 * rot_half) {
+        std::uint32_t* xw = reinterpret_cast<std::uint32_t*>(&xa);
+#pragma unroll
+        for (int w = 0; w < 4; ++w) {
+          const int j = 4 * c + w;
+          float2 x = ptx::unpack2<T>(xw[w]);
+          rotate_pair(x.x, x.y, combine_angles(cq[j], cf[j]));
+          xw[w] = ptx::pack2<T>(x.x, x.y);
+        }
+      }
+      *reinterpret_cast<uint4*>(dst + 8 * c) = xa;
     }
-    *reinterpret_cast<uint4*>(out + static_cast<std::int64_t>(r) * D + c * 8) =
-        *reinterpret_cast<const uint4*>(v);
   }
 }
 
