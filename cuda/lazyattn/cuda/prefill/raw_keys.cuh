@@ -8,7 +8,8 @@
 // to 256 times in a 16384-token encoding), by the loading warpgroup's four warps. Done there
 // (rotate in shared memory after the copies land, 56 registers), the raw form ran 62-79% over
 // RoPE off on the H200: the loader, issue-bound on the rotation, starved the matrix units. Once
-// per tile it is a memory-bound pass of 2 x the raw K bytes.
+// per tile, the pass reads and writes the raw K once (at the RAG tail it adds about 30 us to the
+// kernel's 170: 36 MB moved, so not yet at the memory's speed).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -49,8 +50,8 @@ __device__ __forceinline__ std::int64_t rotated_k_tile(const PrefillParams& p, i
 // rotary dims a chunk to copy; rotates them in fp32 (exact angles of key0 + 16 a per pair in
 // shared memory, combined with the offset table's row r % 16, as the local form's pages were
 // written) and stores them rounded once. Rows past the tile's keys are not written (the kernel
-// does not read them). (Element by element through a shared-memory copy of the tile, the pass
-// was issue-bound: about 50 us of the RAG tail's 221.)
+// does not read them). (Element by element through a shared-memory copy of the tile, the RAG
+// tail's raw form ran 221 us against 201 so.)
 template <class T, int D>
 __global__ void __launch_bounds__(kRawPassThreads)
     rotate_raw_tiles_kernel(const __grid_constant__ PrefillParams p) {
