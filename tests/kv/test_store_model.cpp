@@ -36,6 +36,7 @@ struct ModelDoc {
   std::int32_t pins = 0;
   bool committed = false;
   std::uint64_t last_use = 0;
+  bool prot = false;  // EvictionPolicy::kSegmentedLru: in the protected segment
   tk::ContentSpec spec;
   DocHandle handle;
 };
@@ -67,6 +68,7 @@ class StoreModel {
     cfg_.num_kv_heads = uniform(1, 3);
     cfg_.head_dim = 2 * uniform(1, 4);
     cfg_.num_pages = uniform(6, 40);
+    cfg_.eviction = chance(0.5) ? EvictionPolicy::kSegmentedLru : EvictionPolicy::kLru;
     store_ = std::make_unique<KvStore>(cfg_);
     // Lengths of 1..5 pages (never more than the store holds), a third of them exactly on a page
     // boundary; fixed per key, as content-derived keys imply.
@@ -183,15 +185,41 @@ class StoreModel {
   }
   void touch(ModelDoc& d) { d.last_use = ++clock_; }
 
-  // The documents the store must evict, least recently used unpinned first, to free `needed`
-  // pages; nullopt when even evicting every unpinned document would not do.
+  // EvictionPolicy::kSegmentedLru, as types.hpp states it: a document asked for again (a find
+  // that hits, a dedupe) is protected; while the protected documents hold more than 80% of the
+  // pages, the least recently used unpinned one goes back to probation (also when an unpin
+  // makes one of them unpinned).
+  void protect(ModelDoc& d) {
+    if (cfg_.eviction != EvictionPolicy::kSegmentedLru || d.prot) return;
+    d.prot = true;
+    protected_pages_ += pages_for(d.length);
+    demote();
+  }
+  void demote() {
+    while (protected_pages_ > cfg_.num_pages * 4 / 5) {
+      ModelDoc* oldest = nullptr;
+      for (auto& [id, d] : docs_)
+        if (d.prot && d.pins == 0 && (!oldest || d.last_use < oldest->last_use)) oldest = &d;
+      if (!oldest) return;
+      oldest->prot = false;
+      protected_pages_ -= pages_for(oldest->length);
+    }
+  }
+  void forget(const DocId& id) {
+    if (docs_.at(id).prot) protected_pages_ -= pages_for(docs_.at(id).length);
+    docs_.erase(id);
+  }
+
+  // The documents the store must evict, least recently used unpinned first (probationary before
+  // protected ones under kSegmentedLru), to free `needed` pages; nullopt when even evicting
+  // every unpinned document would not do.
   std::optional<std::vector<DocId>> victims_for(std::int64_t needed) const {
     std::int64_t free_pages = cfg_.num_pages - pages_used();
-    std::vector<std::pair<std::uint64_t, DocId>> lru;
+    std::vector<std::pair<std::pair<bool, std::uint64_t>, DocId>> lru;
     std::int64_t evictable = 0;
     for (auto& [id, d] : docs_) {
       if (d.pins > 0) continue;
-      lru.push_back({d.last_use, id});
+      lru.push_back({{d.prot, d.last_use}, id});
       evictable += pages_for(d.length);
     }
     if (free_pages + evictable < needed) return std::nullopt;
@@ -207,7 +235,7 @@ class StoreModel {
     for (const DocId& id : victims) {
       DocHandle h = docs_.at(id).handle;
       if (docs_.at(id).pins != 0) fail("the model chose a pinned victim");
-      docs_.erase(id);
+      forget(id);
       if (store_->is_live(h))
         fail("{} should have been evicted (least recently used)", fmt::streamed(h));
       dead_docs_.push_back(h);
@@ -329,6 +357,7 @@ class StoreModel {
       ++cov_.dedupes;
       if (pin) ++it->second.pins;
       touch(it->second);
+      protect(it->second);
       check_doc(it->second);
       return;
     }
@@ -380,6 +409,7 @@ class StoreModel {
     ++cov_.hits;
     if (pin) ++it->second.pins;
     touch(it->second);
+    protect(it->second);
   }
 
   void op_pin() {
@@ -400,6 +430,7 @@ class StoreModel {
     store_->unpin(d.handle);
     --d.pins;
     touch(d);
+    if (d.pins == 0) demote();
   }
 
   void op_erase() {
@@ -408,7 +439,7 @@ class StoreModel {
     if (!id) return;
     DocHandle h = docs_.at(*id).handle;
     store_->erase(h);
-    docs_.erase(*id);
+    forget(*id);
     dead_docs_.push_back(h);
     if (store_->is_live(h)) fail("an erased document is live");
   }
@@ -652,6 +683,7 @@ class StoreModel {
   std::uint64_t next_seed_ = 1000;
   std::uint64_t clock_ = 0;
   std::int64_t hits_ = 0, misses_ = 0, inserts_ = 0, dedupes_ = 0, evictions_ = 0;
+  std::int64_t protected_pages_ = 0;
   std::int64_t op_ = 0;
   const char* op_name_ = "";
 };

@@ -16,9 +16,12 @@
 // that allocates is allocated, before anything changes; a call that throws (lazyattn::Error for a
 // bad value, std::bad_alloc) leaves the bookkeeping as it was.
 //
-// Eviction: least recently used first among unpinned documents. A document is "used" when it is
-// inserted or allocated (also as a dedupe), found, pinned or unpinned, so a document a request
-// held until just now counts as recent, not as old as the call that first pinned it.
+// Eviction: least recently used first among unpinned documents (EvictionPolicy::kLru), or among
+// the unpinned documents of the probationary segment before those of the protected one
+// (kSegmentedLru, types.hpp). A document is "used" when it is inserted or allocated (also as a
+// dedupe), found, pinned or unpinned, so a document a request held until just now counts as
+// recent, not as old as the call that first pinned it; it is "asked for again" (and protected
+// under kSegmentedLru) when a find() hits it or an insert or allocate dedupes to it.
 #pragma once
 
 #include <algorithm>
@@ -103,6 +106,7 @@ class KvBookkeeping {
     ++stats_.hits;
     if (pin) pin_locked(h.slot, d);
     touch_locked(h.slot, d);
+    protect_locked(h.slot, d);
     return h;
   }
 
@@ -135,12 +139,13 @@ class KvBookkeeping {
     LAZYATTN_CHECK(d.pins > 0, "KvStore::unpin: ", h, " has pin count 0, expected > 0");
     const std::uint64_t now = clock_ + 1;
     // The LRU entry is the one allocation: made first, so a failure changes nothing.
-    if (d.pins == 1) lru_.insert({now, h.slot});
+    if (d.pins == 1) lru_.insert(lru_key(h.slot, now, d.protected_seg));
     clock_ = now;
     d.last_use = now;
     if (--d.pins == 0) {
       --stats_.pinned_documents;
       unpinned_pages_ += static_cast<std::int64_t>(d.pages.size());
+      demote_excess_locked();  // a protected document pinned past the cap can go back now
     }
   }
 
@@ -317,6 +322,7 @@ class KvBookkeeping {
     std::int64_t length = 0;
     std::int32_t pins = 0;
     std::uint64_t last_use = 0;
+    bool protected_seg = false;  // kSegmentedLru: in the protected segment
     std::vector<std::int32_t> pages;
   };
   struct Tail {
@@ -380,9 +386,53 @@ class KvBookkeeping {
     return t;
   }
 
+  // The eviction order's key of a document: protected ones after every probationary one (the
+  // top bit), each segment by last use.
+  static constexpr std::uint64_t kProtectedKey = std::uint64_t{1} << 63;
+  static std::pair<std::uint64_t, std::uint32_t> lru_key(std::uint32_t slot, std::uint64_t use,
+                                                         bool protected_seg) noexcept {
+    return {(protected_seg ? kProtectedKey : 0) | use, slot};
+  }
+  static std::pair<std::uint64_t, std::uint32_t> lru_key(std::uint32_t slot,
+                                                         const Doc& d) noexcept {
+    return lru_key(slot, d.last_use, d.protected_seg);
+  }
+  // The protected segment's page cap under kSegmentedLru: 80% of the pool.
+  std::int64_t protected_cap() const noexcept { return config_.num_pages * 4 / 5; }
+
+  // kSegmentedLru: a document asked for again moves to the protected segment (re-keying its node,
+  // as touch_locked: nothing allocates), and the protected segment's least recently used
+  // unpinned documents go back to probation while it holds more than its cap.
+  void protect_locked(std::uint32_t slot, Doc& d) noexcept {
+    if (config_.eviction != EvictionPolicy::kSegmentedLru || d.protected_seg) return;
+    if (d.pins == 0) {
+      auto node = lru_.extract(lru_key(slot, d));
+      d.protected_seg = true;
+      node.value() = lru_key(slot, d);
+      lru_.insert(std::move(node));
+    } else {
+      d.protected_seg = true;
+    }
+    protected_pages_ += static_cast<std::int64_t>(d.pages.size());
+    demote_excess_locked();
+  }
+  void demote_excess_locked() noexcept {
+    while (protected_pages_ > protected_cap()) {
+      auto it = lru_.lower_bound({kProtectedKey, 0});
+      if (it == lru_.end()) return;  // the rest of the segment is pinned
+      const std::uint32_t slot = it->second;
+      Doc& d = docs_[slot];
+      auto node = lru_.extract(it);
+      d.protected_seg = false;
+      protected_pages_ -= static_cast<std::int64_t>(d.pages.size());
+      node.value() = lru_key(slot, d);
+      lru_.insert(std::move(node));
+    }
+  }
+
   void pin_locked(std::uint32_t slot, Doc& d) {
     if (d.pins == 0) {
-      lru_.erase({d.last_use, slot});
+      lru_.erase(lru_key(slot, d));
       unpinned_pages_ -= static_cast<std::int64_t>(d.pages.size());
       ++stats_.pinned_documents;
     }
@@ -394,8 +444,8 @@ class KvBookkeeping {
   void touch_locked(std::uint32_t slot, Doc& d) noexcept {
     const std::uint64_t now = ++clock_;
     if (d.pins == 0) {
-      auto node = lru_.extract({d.last_use, slot});
-      node.value() = {now, slot};
+      auto node = lru_.extract(lru_key(slot, d));
+      node.value() = lru_key(slot, now, d.protected_seg);
       lru_.insert(std::move(node));
     }
     d.last_use = now;
@@ -412,11 +462,13 @@ class KvBookkeeping {
   void remove_doc_locked(std::uint32_t slot) noexcept {
     Doc& d = docs_[slot];
     if (d.pins == 0) {
-      lru_.erase({d.last_use, slot});
+      lru_.erase(lru_key(slot, d));
       unpinned_pages_ -= static_cast<std::int64_t>(d.pages.size());
     } else {
       --stats_.pinned_documents;
     }
+    if (d.protected_seg) protected_pages_ -= static_cast<std::int64_t>(d.pages.size());
+    d.protected_seg = false;
     index_.erase(IndexKey{d.key, d.form});
     for (std::int32_t p : d.pages) free_page_locked(p);
     d.pages.clear();
@@ -491,6 +543,7 @@ class KvBookkeeping {
       ++stats_.dedupes;
       if (pin) pin_locked(h.slot, d);
       touch_locked(h.slot, d);
+      protect_locked(h.slot, d);
       return InsertResult{h, false};
     }
     LAZYATTN_CHECK(!free_doc_slots_.empty() || docs_.size() < kMaxDocSlots, where, ": ",
@@ -529,7 +582,8 @@ class KvBookkeeping {
     take_pages_locked(needed, doc_owner(slot), pages);
     d.pages = std::move(pages);
     d.last_use = ++clock_;
-    lru_node.value() = {d.last_use, slot};
+    d.protected_seg = false;
+    lru_node.value() = lru_key(slot, d);
     lru_.insert(std::move(lru_node));
     unpinned_pages_ += needed;
     if (pin) pin_locked(slot, d);
@@ -566,8 +620,10 @@ class KvBookkeeping {
   std::vector<Tail> tails_;
   std::vector<std::uint32_t> free_tail_slots_;
   std::unordered_map<IndexKey, std::uint32_t, IndexKeyHash> index_;
-  std::set<std::pair<std::uint64_t, std::uint32_t>> lru_;  // (last use, slot) of unpinned documents
+  // (lru_key: segment and last use, slot) of the unpinned documents, in eviction order
+  std::set<std::pair<std::uint64_t, std::uint32_t>> lru_;
   std::int64_t unpinned_pages_ = 0;  // pages of the documents in lru_: what eviction could free
+  std::int64_t protected_pages_ = 0;  // pages of the protected documents (kSegmentedLru)
   std::uint64_t clock_ = 0;
   std::uint64_t removals_ = 0;  // documents removed and tails released: see removals()
   KvStoreStats stats_;

@@ -40,6 +40,7 @@ inline void KvBookkeeping::validate() const {
     owner[page] = who;
   };
   std::int64_t live = 0, pinned = 0, unpinned = 0, unpinned_pages = 0, retired = 0;
+  std::int64_t protected_pages = 0;
   for (std::size_t s = 0; s < docs_.size(); ++s) {
     const Doc& d = docs_[s];
     LAZYATTN_CHECK(d.generation <= kRetiredGeneration, w, ": document slot ", s,
@@ -55,12 +56,17 @@ inline void KvBookkeeping::validate() const {
     LAZYATTN_CHECK(static_cast<std::int64_t>(d.pages.size()) == pages_for(d.length), w,
                    ": document slot ", s, " has ", d.pages.size(), " pages for length ", d.length);
     LAZYATTN_CHECK(d.pins >= 0, w, ": document slot ", s, " has pin count ", d.pins);
-    LAZYATTN_CHECK(d.last_use <= clock_, w, ": document slot ", s, " used in the future");
+    LAZYATTN_CHECK(d.last_use <= clock_ && d.last_use < kProtectedKey, w, ": document slot ", s,
+                   " used in the future");
+    LAZYATTN_CHECK(!d.protected_seg || config_.eviction == EvictionPolicy::kSegmentedLru, w,
+                   ": document slot ", s, " is protected under eviction ",
+                   to_string(config_.eviction));
+    if (d.protected_seg) protected_pages += static_cast<std::int64_t>(d.pages.size());
     for (std::int32_t p : d.pages) claim(p, doc_owner(static_cast<std::uint32_t>(s)));
     if (d.pins == 0) {
       ++unpinned;
       unpinned_pages += static_cast<std::int64_t>(d.pages.size());
-      LAZYATTN_CHECK(lru_.count({d.last_use, static_cast<std::uint32_t>(s)}) == 1, w,
+      LAZYATTN_CHECK(lru_.count(lru_key(static_cast<std::uint32_t>(s), d)) == 1, w,
                      ": unpinned document slot ", s, " missing from LRU");
     } else {
       ++pinned;
@@ -74,6 +80,8 @@ inline void KvBookkeeping::validate() const {
                  " entries, expected ", unpinned);
   LAZYATTN_CHECK(unpinned_pages_ == unpinned_pages, w, ": ", unpinned_pages_,
                  " pages counted as evictable, expected ", unpinned_pages);
+  LAZYATTN_CHECK(protected_pages_ == protected_pages, w, ": ", protected_pages_,
+                 " pages counted as protected, expected ", protected_pages);
   LAZYATTN_CHECK(stats_.documents == live && stats_.pinned_documents == pinned, w, ": stats count ",
                  stats_.documents, " documents (", stats_.pinned_documents, " pinned), expected ",
                  live, " (", pinned, " pinned)");

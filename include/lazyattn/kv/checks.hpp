@@ -29,6 +29,9 @@ inline PoolGeometry check_config(const KvStoreConfig& c) {
   LAZYATTN_CHECK(
       c.dtype == DType::kFloat32 || c.dtype == DType::kFloat16 || c.dtype == DType::kBFloat16, w,
       ": dtype ", static_cast<int>(c.dtype), ", expected float32, float16 or bfloat16");
+  LAZYATTN_CHECK(c.eviction == EvictionPolicy::kLru || c.eviction == EvictionPolicy::kSegmentedLru,
+                 w, ": eviction ", static_cast<int>(c.eviction),
+                 ", expected lru (0) or segmented_lru (1)");
   std::int64_t bytes = 1;
   for (std::int64_t f :
        {std::int64_t{c.num_layers}, c.num_pages, std::int64_t{c.num_kv_heads},

@@ -13,6 +13,24 @@
 
 namespace lazyattn {
 
+// Which unpinned document a store evicts first when pages run out.
+//  kLru: the least recently used.
+//  kSegmentedLru: segmented LRU (SLRU): a document enters a probationary segment and moves to a
+//    protected one when it is asked for again (a find() that hits, or an insert or allocate of a
+//    key already stored); the protected segment holds at most 80% of the pages, its least
+//    recently used documents going back to probation beyond that. Eviction takes probation's
+//    least recently used first, so documents used once (the long tail of a skewed popularity)
+//    do not push out the ones asked for again, as they do under LRU.
+enum class EvictionPolicy : std::uint8_t { kLru = 0, kSegmentedLru = 1 };
+
+inline const char* to_string(EvictionPolicy p) {
+  switch (p) {
+    case EvictionPolicy::kLru: return "lru";
+    case EvictionPolicy::kSegmentedLru: return "segmented_lru";
+  }
+  return "?";
+}
+
 struct KvStoreConfig {
   int num_layers = 1;
   int num_kv_heads = 8;
@@ -20,6 +38,7 @@ struct KvStoreConfig {
   int page_size = 16;              // tokens per page
   DType dtype = DType::kBFloat16;  // element type of K and V
   std::int64_t num_pages = 1024;   // the page budget: every document and tail page comes from it
+  EvictionPolicy eviction = EvictionPolicy::kLru;
 };
 
 // A document's place in a store. `generation` changes whenever the slot is reused, so a handle
