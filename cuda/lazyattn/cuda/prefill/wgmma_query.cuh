@@ -135,6 +135,56 @@ __device__ __noinline__ void wgmma_rotate_query_frag(const T* q_raw, uint4* q_fr
   }
 }
 
+// RoPE off: this thread's A fragments of q * scale, straight from the raw query (fragment kk
+// holds dims col, col + 1 and fragment kk + 4 dims col + 64, col + 65, as wgmma_query_pairs reads
+// them).
+template <class T>
+__device__ __forceinline__ void wgmma_scaled_query(std::uint32_t (&qf)[8][4], const T* q_raw,
+                                                   int row_a, int t4, float q_scale) {
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk) {
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const int row = row_a + 8 * (r & 1);
+      const int col = 16 * kk + 2 * t4 + 8 * (r >> 1);
+      float2 x, y;
+      wgmma_query_pairs(q_raw, row, col, x, y);
+      qf[kk][r] = ptx::pack2<T>(x.x * q_scale, x.y * q_scale);
+      qf[kk + 4][r] = ptx::pack2<T>(y.x * q_scale, y.y * q_scale);
+    }
+  }
+}
+
+// A segment's query, qf = R(-s) (R(m) q), from this thread's own q_pre entries
+// (wgmma_rotate_query) and the segment's cos/sin `cs` per pair, rotate-half over all 128 dims.
+// The four k-steps unrolled: a rebuild sits on both warpgroups' paths between two runs, so its
+// latency counts, not its registers (one k-step at a time is slower on the RAG tail).
+template <class T>
+__device__ __forceinline__ void wgmma_segment_query(std::uint32_t (&qf)[8][4],
+                                                    const float2* q_pre, const float2* cs, int t4,
+                                                    int tid) {
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk) {
+    std::uint32_t lo[4], hi[4];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int col = 16 * kk + 2 * t4 + 8 * h;
+      const float4 c = *reinterpret_cast<const float4*>(cs + col);  // pairs col, col + 1
+#pragma unroll
+      for (int r = 2 * h; r < 2 * h + 2; ++r) {
+        float2 x = q_pre[wgmma_q_pre_index(kk, r, 0, tid)];
+        float2 y = q_pre[wgmma_q_pre_index(kk, r, 1, tid)];
+        rotate_pair(x.x, y.x, make_float2(c.x, c.y));
+        rotate_pair(x.y, y.y, make_float2(c.z, c.w));
+        lo[r] = ptx::pack2<T>(x.x, x.y);
+        hi[r] = ptx::pack2<T>(y.x, y.y);
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < 4; ++r) qf[kk][r] = lo[r], qf[kk + 4][r] = hi[r];
+  }
+}
+
 // ---- other rotary layouts: interleaved (GPT-J) pairs, partial rotary dims -------------------
 // Fragment (kk, r), kk < 8, of the thread owning rows row_a, row_a + 8 holds dims d, d + 1 with
 // d = 16 kk + 2 t4 + 8 (r / 2) of row row_a + 8 (r % 2). A rotary dim's partner is in the same
@@ -239,6 +289,19 @@ __device__ __forceinline__ std::uint32_t wgmma_segment_fragment(const float2* q_
   const float2 y = q_pre[wgmma_q_pre_index(f.kp % 4, r, f.kp / 4, tid)];
   const float2 v = rotate_fragment(x, y, cs[f.j], cs[min(f.j + 1, 63)], f, interleaved);
   return ptx::pack2<T>(v.x, v.y);
+}
+
+// wgmma_segment_query for the other layouts.
+template <class T>
+__device__ __forceinline__ void wgmma_segment_query_any(std::uint32_t (&qf)[8][4],
+                                                        const float2* q_pre, const float2* cs,
+                                                        int t4, int tid, int rotary,
+                                                        bool interleaved) {
+#pragma unroll
+  for (int kk = 0; kk < 8; ++kk)
+#pragma unroll
+    for (int r = 0; r < 4; ++r)
+      qf[kk][r] = wgmma_segment_fragment<T>(q_pre, cs, kk, r, t4, tid, rotary, interleaved);
 }
 
 }  // namespace lazyattn::cuda::detail

@@ -309,55 +309,15 @@ __global__ void __launch_bounds__(kWgmmaWsThreads, 1)
         wgmma_rotate_query_any<T>(q_raw, q_pre, cs_q, cs_off, row_a, G, t4, tid,
                                   p.rope.rotary_dim, interleaved, q_scale, p.sm_scale_log2);
     } else {
-#pragma unroll
-      for (int kk = 0; kk < KSteps / 2; ++kk) {
-#pragma unroll
-        for (int r = 0; r < 4; ++r) {
-          const int row = row_a + 8 * (r & 1);
-          const int col = 16 * kk + 2 * t4 + 8 * (r >> 1);
-          float2 x, y;
-          wgmma_query_pairs(q_raw, row, col, x, y);
-          qf[kk][r] = ptx::pack2<T>(x.x * q_scale, x.y * q_scale);
-          qf[kk + KSteps / 2][r] = ptx::pack2<T>(y.x * q_scale, y.y * q_scale);
-        }
-      }
+      wgmma_scaled_query<T>(qf, q_raw, row_a, t4, q_scale);
     }
   };
   // qf = R(-s) (R(m) q) for the segment whose cos/sin are in this warpgroup's buffer (kRope
-  // only). Reads this thread's own q_pre entries: no barrier with the prologue. The four k-steps
-  // unrolled: a rebuild sits on both warpgroups' paths between two runs, so its latency counts,
-  // not its registers (one k-step at a time is slower on the RAG tail).
+  // only). Reads this thread's own q_pre entries: no barrier with the prologue.
   auto build_query = [&] {
     const float2* cs = cs_seg + wg * kHalf;
-    if constexpr (!full_half) {
-#pragma unroll
-      for (int kk = 0; kk < KSteps; ++kk)
-#pragma unroll
-        for (int r = 0; r < 4; ++r)
-          qf[kk][r] = wgmma_segment_fragment<T>(q_pre, cs, kk, r, t4, tid, p.rope.rotary_dim,
-                                                interleaved);
-      return;
-    }
-#pragma unroll
-    for (int kk = 0; kk < KSteps / 2; ++kk) {
-      std::uint32_t lo[4], hi[4];
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int col = 16 * kk + 2 * t4 + 8 * h;
-        const float4 c = *reinterpret_cast<const float4*>(cs + col);  // pairs col, col + 1
-#pragma unroll
-        for (int r = 2 * h; r < 2 * h + 2; ++r) {
-          float2 x = q_pre[wgmma_q_pre_index(kk, r, 0, tid)];
-          float2 y = q_pre[wgmma_q_pre_index(kk, r, 1, tid)];
-          rotate_pair(x.x, y.x, make_float2(c.x, c.y));
-          rotate_pair(x.y, y.y, make_float2(c.z, c.w));
-          lo[r] = ptx::pack2<T>(x.x, x.y);
-          hi[r] = ptx::pack2<T>(y.x, y.y);
-        }
-      }
-#pragma unroll
-      for (int r = 0; r < 4; ++r) qf[kk][r] = lo[r], qf[kk + KSteps / 2][r] = hi[r];
-    }
+    if constexpr (full_half) wgmma_segment_query<T>(qf, q_pre, cs, t4, tid);
+    else wgmma_segment_query_any<T>(qf, q_pre, cs, t4, tid, p.rope.rotary_dim, interleaved);
   };
   // S = Q K^T for this warpgroup's 64 rows against the tile in ring stage `stage` (issued, not
   // waited for).
