@@ -127,7 +127,8 @@ class PositionRotation {
 
 class CpuBackend final : public Backend {
  public:
-  CpuBackend(const ModelConfig& config, std::int64_t num_pages, int page_size, std::uint64_t seed)
+  CpuBackend(const ModelConfig& config, std::int64_t num_pages, int page_size, std::uint64_t seed,
+             EvictionPolicy eviction = EvictionPolicy::kLru)
       : config_(config),
         rope_(config.rope),
         params_(config.attention()),
@@ -137,7 +138,8 @@ class CpuBackend final : public Backend {
                              .head_dim = config.head_dim,
                              .page_size = page_size,
                              .dtype = DType::kFloat32,
-                             .num_pages = num_pages}) {}
+                             .num_pages = num_pages,
+                             .eviction = eviction}) {}
 
   std::string name() const override { return "cpu (Eigen GEMMs, ref::eigen attention, float32)"; }
   const ModelConfig& model() const override { return config_; }

@@ -70,7 +70,9 @@ const char* kUsage = R"(usage: lazyattn_rag_bench [options]
   --page-size N            tokens per page [16]
   --max-batch N            running requests at most [16]
   --max-step-tokens N      new tokens per engine step [16384]
-  --eviction lru|lfu       cache eviction [lru]
+  --eviction lru|segmented_lru|lfu
+                           cache eviction: the store's LRU or segmented LRU, or the engine's
+                           perfect LFU (CPU backend only for segmented_lru so far) [lru]
   --warmup-requests N      leave the first N requests out of latency and hit statistics [0]
   --out FILE               write JSON there
   --no-progress            no progress bar on stderr
@@ -259,6 +261,9 @@ int run(const Options& o) {
       host = cpu_backend_weights(model, o.weight_seed);
       co.host_weights = &host;
     }
+    LAZYATTN_CHECK(o.engine.eviction != Eviction::kSegmentedLru,
+                   "lazyattn_rag_bench: --eviction segmented_lru runs on the CPU backend only so "
+                   "far (the CUDA backend's store is LRU)");
     gpu = make_cuda_backend(model, co);
     std::fprintf(stderr, "%s", gpu->describe().c_str());
     gpu->warm_up(wc.doc_length, wc.question_length);
@@ -322,7 +327,8 @@ int run(const Options& o) {
         }
 #endif
         if (!backend) {
-          cpu = std::make_unique<CpuBackend>(model, pages, o.page_size, o.weight_seed);
+          cpu = std::make_unique<CpuBackend>(model, pages, o.page_size, o.weight_seed,
+                                             store_policy(o.engine.eviction));
           backend = cpu.get();
         }
         EngineConfig ec = o.engine;

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "lazyattn/error.hpp"
+#include "lazyattn/kv/types.hpp"
 
 namespace lazyattn::rag {
 
@@ -45,18 +46,27 @@ inline Mode parse_mode(std::string_view s) {
   return Mode::kLazy;
 }
 
-// Which unpinned cache entry makes room. kLru is the KvStore's own eviction; kLfu evicts the
-// entry requested least often so far (counts kept across evictions, "perfect LFU"), which under
-// independent requests converges to caching the most popular ones: the H(C,s)/H(N,s) of the
-// analytic hit ratio.
-enum class Eviction { kLru, kLfu };
+// Which unpinned cache entry makes room. kLru and kSegmentedLru are the KvStore's own eviction
+// (EvictionPolicy::kLru, kSegmentedLru: kv/types.hpp); kLfu evicts the entry requested least
+// often so far (counts kept across evictions, "perfect LFU"), which under independent requests
+// converges to caching the most popular ones: the H(C,s)/H(N,s) of the analytic hit ratio.
+enum class Eviction { kLru, kLfu, kSegmentedLru };
 
-constexpr std::string_view to_string(Eviction e) { return e == Eviction::kLru ? "lru" : "lfu"; }
+constexpr std::string_view to_string(Eviction e) {
+  return e == Eviction::kLru ? "lru" : e == Eviction::kLfu ? "lfu" : "segmented_lru";
+}
 
 inline Eviction parse_eviction(std::string_view s) {
   if (s == "lru") return Eviction::kLru;
-  LAZYATTN_CHECK(s == "lfu", "rag::parse_eviction: unknown policy '", s, "', expected lru or lfu");
+  if (s == "segmented_lru") return Eviction::kSegmentedLru;
+  LAZYATTN_CHECK(s == "lfu", "rag::parse_eviction: unknown policy '", s,
+                 "', expected lru, segmented_lru or lfu");
   return Eviction::kLfu;
+}
+
+// The store's own policy for an engine eviction (kLfu keeps LRU underneath its own choices).
+inline EvictionPolicy store_policy(Eviction e) {
+  return e == Eviction::kSegmentedLru ? EvictionPolicy::kSegmentedLru : EvictionPolicy::kLru;
 }
 
 }  // namespace lazyattn::rag
