@@ -2,7 +2,7 @@
 // allocation failing, for k = 0, 1, 2, ... until it succeeds; after each failure validate() passes
 // and the statistics, documents (pins, pages, LRU order), tails and a store's pool bytes are as
 // before the call, and a store that went through the failures still evicts only unpinned
-// documents.
+// documents. The strong-guarantee cases run under both eviction policies (LRU, segmented LRU).
 #include "support/catch.hpp"
 
 #include <cstdint>
@@ -70,8 +70,12 @@ bool disarm() {
   return fired;
 }
 
+// The eviction policy of the fixtures' stores (each test case runs under both).
+EvictionPolicy policy = EvictionPolicy::kLru;
+
 KvStoreConfig config() {
   KvStoreConfig c;
+  c.eviction = policy;
   c.num_layers = 2;
   c.num_kv_heads = 2;
   c.head_dim = 4;
@@ -227,38 +231,48 @@ void check_strong_guarantee(const std::vector<Op<Store>>& ops) {
 }  // namespace
 
 TEST_CASE("KvStore gives the strong guarantee when allocations fail", "[kv][store][faults]") {
-  const KvStoreConfig c = config();
-  auto tokens = [&](std::uint64_t seed, std::int64_t n) {
-    return tk::make_tokens<float>(c, {seed, DType::kFloat32}, 0, 0, n);
-  };
-  // The K/V each call reads, made before any failure is armed.
-  const auto k3 = tokens(20, 12), k10 = tokens(21, 10), k4 = tokens(2, 4), k11 = tokens(40, 11),
-             k12 = tokens(41, 12);
-  using F = Fixture<KvStore>;
-  std::vector<Op<KvStore>> ops = bookkeeping_ops<KvStore>();
-  const std::vector<Op<KvStore>> copies = {
-      {"insert, evicting",
-       [&](F& f) {  // 3 of the 4 free pages, pinned: 1 free, 3 evictable
-         f.store.insert(DocKey{0, 20}, StorageForm::kLocal, 12, k3, k3, true);
-       },
-       [&](F& f) {  // 3 pages: evicts the two unpinned documents
-         f.docs.push_back(f.store.insert(DocKey{0, 21}, StorageForm::kRaw, 10, k10, k10).handle);
-       }},
-      {"insert, dedupe", [](F&) {},
-       [&](F& f) {
-         f.store.insert(DocKey{0, 2}, StorageForm::kLocal, 4, k4, k4, true);
-       }},
-      {"append, evicting",
-       [&](F& f) { f.store.append(f.tails[0], 11, k11, k11); },   // 16 tokens: 2 free pages
-       [&](F& f) { f.store.append(f.tails[0], 12, k12, k12); }},  // 3 more pages: evicts
-  };
-  ops.insert(ops.end(), copies.begin(), copies.end());
-  check_strong_guarantee(ops);
+  for (EvictionPolicy p : {EvictionPolicy::kLru, EvictionPolicy::kSegmentedLru}) {
+    policy = p;
+    INFO("eviction " << to_string(p));
+    const KvStoreConfig c = config();
+    auto tokens = [&](std::uint64_t seed, std::int64_t n) {
+      return tk::make_tokens<float>(c, {seed, DType::kFloat32}, 0, 0, n);
+    };
+    // The K/V each call reads, made before any failure is armed.
+    const auto k3 = tokens(20, 12), k10 = tokens(21, 10), k4 = tokens(2, 4), k11 = tokens(40, 11),
+               k12 = tokens(41, 12);
+    using F = Fixture<KvStore>;
+    std::vector<Op<KvStore>> ops = bookkeeping_ops<KvStore>();
+    const std::vector<Op<KvStore>> copies = {
+        {"insert, evicting",
+         [&](F& f) {  // 3 of the 4 free pages, pinned: 1 free, 3 evictable
+           f.store.insert(DocKey{0, 20}, StorageForm::kLocal, 12, k3, k3, true);
+         },
+         [&](F& f) {  // 3 pages: evicts the two unpinned documents
+           f.docs.push_back(f.store.insert(DocKey{0, 21}, StorageForm::kRaw, 10, k10, k10).handle);
+         }},
+        {"insert, dedupe", [](F&) {},
+         [&](F& f) {
+           f.store.insert(DocKey{0, 2}, StorageForm::kLocal, 4, k4, k4, true);
+         }},
+        {"append, evicting",
+         [&](F& f) { f.store.append(f.tails[0], 11, k11, k11); },   // 16 tokens: 2 free pages
+         [&](F& f) { f.store.append(f.tails[0], 12, k12, k12); }},  // 3 more pages: evicts
+    };
+    ops.insert(ops.end(), copies.begin(), copies.end());
+    check_strong_guarantee(ops);
+  }
+  policy = EvictionPolicy::kLru;
 }
 
 TEST_CASE("KvBookkeeping alone gives the strong guarantee when allocations fail",
           "[kv][bookkeeping][faults]") {
-  check_strong_guarantee(bookkeeping_ops<KvBookkeeping>());
+  for (EvictionPolicy p : {EvictionPolicy::kLru, EvictionPolicy::kSegmentedLru}) {
+    policy = p;
+    INFO("eviction " << to_string(p));
+    check_strong_guarantee(bookkeeping_ops<KvBookkeeping>());
+  }
+  policy = EvictionPolicy::kLru;
 }
 
 TEST_CASE("KvStore's eviction never takes a pinned document", "[kv][store][faults]") {
