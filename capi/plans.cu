@@ -269,21 +269,13 @@ lazyattn_status lazyattn_plan_create(lazyattn_pool pool, lazyattn_rope rope,
         plan->ws_bytes =
             align(plan->ws_o + static_cast<std::size_t>(plan->kv_splits_room * rows * D) * 4);
       }
-      // Raw-form segments at head dim 128: the Hopper kernel reads their K rotated once per
-      // launch into the workspace (cuda/prefill/raw_keys.cuh): a [64][D] tile per key tile and
-      // KV head.
-      const bool raw = std::any_of(pl.segment_form.begin(), pl.segment_form.end(), [](auto f) {
-        return f == static_cast<std::uint8_t>(StorageForm::kRaw);
-      });
-      if (raw && D == 128) {
-        std::int64_t elems = static_cast<std::int64_t>(plan->schedule.tiles.size());
-        for (std::int64_t f : {std::int64_t{Hkv}, std::int64_t{64}, D})
-          LAZYATTN_CHECK(!__builtin_mul_overflow(elems, f, &elems), w, ": rotated-K workspace of ",
-                         plan->schedule.tiles.size(), " tiles x ", Hkv,
-                         " KV heads x 64 x ", D, " overflows int64");
+      // Raw-form segments: the Hopper kernel reads their K rotated once per launch into the
+      // workspace (cuda/prefill/raw_keys.cuh).
+      if (const std::int64_t elems = prefill_rotated_k_elems(*plan); elems > 0) {
         plan->ws_k = plan->ws_bytes;
         plan->ws_k_elems = elems;
-        plan->ws_bytes = align(plan->ws_k + static_cast<std::size_t>(elems) * 2);
+        plan->ws_bytes =
+            align(plan->ws_k + static_cast<std::size_t>(elems) * size_of(p.config.dtype));
       }
     }
     LAZYATTN_CHECK(!like || like->ws_bytes >= plan->ws_bytes, w, ": the plan needs a workspace of ",

@@ -9,14 +9,31 @@ using namespace lazyattn;
 using namespace lazyattn::capi;
 
 namespace lazyattn::capi {
-int prefill_max_auto_splits(const lazyattn_plan_t& plan) {
-  cuda::DevicePlan dp;
-  dp.bind(plan.packed, nullptr);  // host-side fields only: nothing is read through the pointers
-  const cuda::DeviceRope& rope = plan.plan_rope ? *plan.plan_rope : plan.rope->device_rope;
+namespace {
+// The plan's host-side view (nothing is read through the pointers) and the prefill arguments
+// its launches share.
+cuda::PrefillArgs host_prefill_args(const lazyattn_plan_t& plan, cuda::DevicePlan& dp) {
+  dp.bind(plan.packed, nullptr);
   cuda::PrefillArgs args;
   args.dtype = plan.pool->config.dtype;
   args.params = AttentionParams{plan.num_qo_heads, plan.pool->config.num_kv_heads,
                                 plan.pool->config.head_dim, 0.0, 0.0};
+  return args;
+}
+}  // namespace
+
+std::int64_t prefill_rotated_k_elems(const lazyattn_plan_t& plan) {
+  cuda::DevicePlan dp;
+  cuda::PrefillArgs args = host_prefill_args(plan, dp);
+  const cuda::DeviceRope& rope = plan.plan_rope ? *plan.plan_rope : plan.rope->device_rope;
+  if (cuda::wgmma_prefill_mismatch(args, dp, rope)) return 0;
+  return cuda::prefill_rotated_k_elems(args, dp);
+}
+
+int prefill_max_auto_splits(const lazyattn_plan_t& plan) {
+  cuda::DevicePlan dp;
+  cuda::PrefillArgs args = host_prefill_args(plan, dp);
+  const cuda::DeviceRope& rope = plan.plan_rope ? *plan.plan_rope : plan.rope->device_rope;
   if (plan.schedule.qtile_request.empty()) return 1;
   args.rope = true;
   const int with_rope = cuda::prefill_auto_splits(args, dp, rope);
