@@ -228,14 +228,13 @@ TEST_CASE("rag: block-attention frees its private pages", "[rag]") {
   CHECK(r.result.peak_pages > s.pages_in_use);
 }
 
-TEST_CASE("rag: hit ratios match the analytic ones within sampling error", "[rag]") {
-  // Independent draws (with replacement) from N = 100 documents, D = 5 per request, one request at
-  // a time, the first 100 left out as warm-up. LFU keeping C entries holds the C most requested
-  // documents: H(C,s)/H(N,s), or H(floor(C/D),s)/H(N,s) for (document, position) entries. LRU
-  // over its C + D slots follows Che's approximation (accurate to about 0.01).
-  const int vocab = model_config("micro").vocab_size;
+namespace {
+
+// The hit-ratio workloads: independent draws (with replacement) from num_documents documents, 5
+// per request, one request at a time, 600 requests of tiny documents.
+WorkloadConfig hit_workload(int num_documents) {
   WorkloadConfig c;
-  c.num_documents = 100;
+  c.num_documents = num_documents;
   c.docs_per_request = 5;
   c.with_replacement = true;
   c.doc_length = 16;
@@ -243,7 +242,18 @@ TEST_CASE("rag: hit ratios match the analytic ones within sampling error", "[rag
   c.output_tokens = 1;
   c.rate = 0.01;
   c.num_requests = 600;
-  c.vocab_size = vocab;
+  c.vocab_size = model_config("micro").vocab_size;
+  return c;
+}
+
+}  // namespace
+
+TEST_CASE("rag: hit ratios match the analytic ones within sampling error", "[rag]") {
+  // Independent draws (with replacement) from N = 100 documents, D = 5 per request, one request at
+  // a time, the first 100 left out as warm-up. LFU keeping C entries holds the C most requested
+  // documents: H(C,s)/H(N,s), or H(floor(C/D),s)/H(N,s) for (document, position) entries. LRU
+  // over its C + D slots follows Che's approximation (accurate to about 0.01).
+  WorkloadConfig c = hit_workload(100);
   const int warmup = 100;
   const std::int64_t C = 10;
   for (double s : {1.0, 2.1}) {
@@ -282,17 +292,7 @@ TEST_CASE("rag: hit ratios match the analytic ones within sampling error", "[rag
 TEST_CASE("rag: the store's segmented LRU hits more often than its LRU", "[rag]") {
   // The hit-ratio workload above at s = 2.1 over 5000 documents instead of 100: most of the long
   // tail is asked for once, and under LRU those documents push out popular ones.
-  const int vocab = model_config("micro").vocab_size;
-  WorkloadConfig c;
-  c.num_documents = 5000;
-  c.docs_per_request = 5;
-  c.with_replacement = true;
-  c.doc_length = 16;
-  c.question_length = 4;
-  c.output_tokens = 1;
-  c.rate = 0.01;
-  c.num_requests = 600;
-  c.vocab_size = vocab;
+  WorkloadConfig c = hit_workload(5000);
   c.zipf = 2.1;
   c.seed = 21;
   const Workload w = make_workload(c);
