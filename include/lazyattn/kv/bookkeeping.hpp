@@ -31,7 +31,6 @@
 #include <limits>
 #include <mutex>
 #include <optional>
-#include <set>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -40,6 +39,7 @@
 #include "lazyattn/error.hpp"
 #include "lazyattn/kv/checks.hpp"
 #include "lazyattn/kv/doc_key.hpp"
+#include "lazyattn/kv/eviction_order.hpp"
 #include "lazyattn/kv/types.hpp"
 
 namespace lazyattn {
@@ -61,7 +61,9 @@ class KvBookkeeping {
   // Checks the configuration (check_config): the geometry of the K/V pools the pages index,
   // wherever they live.
   explicit KvBookkeeping(const KvStoreConfig& config)
-      : config_(config), geometry_(check_config(config)) {
+      : config_(config),
+        geometry_(check_config(config)),
+        order_(config.eviction, config.num_pages) {
     page_owner_.assign(static_cast<std::size_t>(config.num_pages), kFree);
     free_pages_.reserve(static_cast<std::size_t>(config.num_pages));
     // Hand out low page ids first: reversed, so pop_back() yields 0, 1, 2, ...
@@ -106,7 +108,7 @@ class KvBookkeeping {
     ++stats_.hits;
     if (pin) pin_locked(h.slot, d);
     touch_locked(h.slot, d);
-    protect_locked(h.slot, d);
+    order_.protect(h.slot, d, docs_);
     return h;
   }
 
@@ -139,13 +141,13 @@ class KvBookkeeping {
     LAZYATTN_CHECK(d.pins > 0, "KvStore::unpin: ", h, " has pin count 0, expected > 0");
     const std::uint64_t now = clock_ + 1;
     // The LRU entry is the one allocation: made first, so a failure changes nothing.
-    if (d.pins == 1) lru_.insert(lru_key(h.slot, now, d.protected_seg));
+    if (d.pins == 1) order_.insert(order_.key(h.slot, now, d.protected_seg));
     clock_ = now;
     d.last_use = now;
     if (--d.pins == 0) {
       --stats_.pinned_documents;
       unpinned_pages_ += static_cast<std::int64_t>(d.pages.size());
-      demote_excess_locked();  // a protected document pinned past the cap can go back now
+      order_.demote_excess(docs_);  // a protected document pinned past the cap can go back now
     }
   }
 
@@ -386,53 +388,9 @@ class KvBookkeeping {
     return t;
   }
 
-  // The eviction order's key of a document: protected ones after every probationary one (the
-  // top bit), each segment by last use.
-  static constexpr std::uint64_t kProtectedKey = std::uint64_t{1} << 63;
-  static std::pair<std::uint64_t, std::uint32_t> lru_key(std::uint32_t slot, std::uint64_t use,
-                                                         bool protected_seg) noexcept {
-    return {(protected_seg ? kProtectedKey : 0) | use, slot};
-  }
-  static std::pair<std::uint64_t, std::uint32_t> lru_key(std::uint32_t slot,
-                                                         const Doc& d) noexcept {
-    return lru_key(slot, d.last_use, d.protected_seg);
-  }
-  // The protected segment's page cap under kSegmentedLru: 80% of the pool.
-  std::int64_t protected_cap() const noexcept { return config_.num_pages * 4 / 5; }
-
-  // kSegmentedLru: a document asked for again moves to the protected segment (re-keying its node,
-  // as touch_locked: nothing allocates), and the protected segment's least recently used
-  // unpinned documents go back to probation while it holds more than its cap.
-  void protect_locked(std::uint32_t slot, Doc& d) noexcept {
-    if (config_.eviction != EvictionPolicy::kSegmentedLru || d.protected_seg) return;
-    if (d.pins == 0) {
-      auto node = lru_.extract(lru_key(slot, d));
-      d.protected_seg = true;
-      node.value() = lru_key(slot, d);
-      lru_.insert(std::move(node));
-    } else {
-      d.protected_seg = true;
-    }
-    protected_pages_ += static_cast<std::int64_t>(d.pages.size());
-    demote_excess_locked();
-  }
-  void demote_excess_locked() noexcept {
-    while (protected_pages_ > protected_cap()) {
-      auto it = lru_.lower_bound({kProtectedKey, 0});
-      if (it == lru_.end()) return;  // the rest of the segment is pinned
-      const std::uint32_t slot = it->second;
-      Doc& d = docs_[slot];
-      auto node = lru_.extract(it);
-      d.protected_seg = false;
-      protected_pages_ -= static_cast<std::int64_t>(d.pages.size());
-      node.value() = lru_key(slot, d);
-      lru_.insert(std::move(node));
-    }
-  }
-
   void pin_locked(std::uint32_t slot, Doc& d) {
     if (d.pins == 0) {
-      lru_.erase(lru_key(slot, d));
+      order_.erase(order_.key(slot, d));
       unpinned_pages_ -= static_cast<std::int64_t>(d.pages.size());
       ++stats_.pinned_documents;
     }
@@ -443,11 +401,7 @@ class KvBookkeeping {
   // nothing is allocated, so a touch cannot fail half way.
   void touch_locked(std::uint32_t slot, Doc& d) noexcept {
     const std::uint64_t now = ++clock_;
-    if (d.pins == 0) {
-      auto node = lru_.extract(lru_key(slot, d));
-      node.value() = lru_key(slot, now, d.protected_seg);
-      lru_.insert(std::move(node));
-    }
+    if (d.pins == 0) order_.rekey(order_.key(slot, d), order_.key(slot, now, d.protected_seg));
     d.last_use = now;
   }
 
@@ -462,13 +416,12 @@ class KvBookkeeping {
   void remove_doc_locked(std::uint32_t slot) noexcept {
     Doc& d = docs_[slot];
     if (d.pins == 0) {
-      lru_.erase(lru_key(slot, d));
+      order_.erase(order_.key(slot, d));
       unpinned_pages_ -= static_cast<std::int64_t>(d.pages.size());
     } else {
       --stats_.pinned_documents;
     }
-    if (d.protected_seg) protected_pages_ -= static_cast<std::int64_t>(d.pages.size());
-    d.protected_seg = false;
+    order_.forget(d);
     index_.erase(IndexKey{d.key, d.form});
     for (std::int32_t p : d.pages) free_page_locked(p);
     d.pages.clear();
@@ -506,10 +459,10 @@ class KvBookkeeping {
   // once more: an inconsistent store stops here rather than evict a pinned document.
   void make_room_locked(std::int64_t needed) {
     while (static_cast<std::int64_t>(free_pages_.size()) < needed) {
-      LAZYATTN_CHECK(!lru_.empty(), "KvStore: internal error: ",
+      LAZYATTN_CHECK(!order_.empty(), "KvStore: internal error: ",
                      needed - static_cast<std::int64_t>(free_pages_.size()),
                      " more pages needed and no unpinned document left to evict");
-      const std::uint32_t victim = lru_.begin()->second;
+      const std::uint32_t victim = order_.first_slot();
       LAZYATTN_CHECK(docs_[victim].live && docs_[victim].pins == 0,
                      "KvStore: internal error: the LRU names document slot ", victim,
                      ", which is pinned or empty");
@@ -543,7 +496,7 @@ class KvBookkeeping {
       ++stats_.dedupes;
       if (pin) pin_locked(h.slot, d);
       touch_locked(h.slot, d);
-      protect_locked(h.slot, d);
+      order_.protect(h.slot, d, docs_);
       return InsertResult{h, false};
     }
     LAZYATTN_CHECK(!free_doc_slots_.empty() || docs_.size() < kMaxDocSlots, where, ": ",
@@ -557,8 +510,7 @@ class KvBookkeeping {
     reserve_slots(free_doc_slots_, docs_.capacity());
     std::vector<std::int32_t> pages;
     pages.reserve(static_cast<std::size_t>(needed));
-    decltype(lru_) lru_spare{{0, 0}};
-    auto lru_node = lru_spare.extract(lru_spare.begin());
+    auto lru_node = detail::EvictionOrder::spare();
     index_.reserve(index_.size() + 1);
     decltype(index_) index_spare{{IndexKey{key, form}, 0}};
     auto index_node = index_spare.extract(index_spare.begin());
@@ -583,8 +535,7 @@ class KvBookkeeping {
     d.pages = std::move(pages);
     d.last_use = ++clock_;
     d.protected_seg = false;
-    lru_node.value() = lru_key(slot, d);
-    lru_.insert(std::move(lru_node));
+    order_.insert(std::move(lru_node), order_.key(slot, d));
     unpinned_pages_ += needed;
     if (pin) pin_locked(slot, d);
     index_node.mapped() = slot;
@@ -620,10 +571,8 @@ class KvBookkeeping {
   std::vector<Tail> tails_;
   std::vector<std::uint32_t> free_tail_slots_;
   std::unordered_map<IndexKey, std::uint32_t, IndexKeyHash> index_;
-  // (lru_key: segment and last use, slot) of the unpinned documents, in eviction order
-  std::set<std::pair<std::uint64_t, std::uint32_t>> lru_;
-  std::int64_t unpinned_pages_ = 0;  // pages of the documents in lru_: what eviction could free
-  std::int64_t protected_pages_ = 0;  // pages of the protected documents (kSegmentedLru)
+  detail::EvictionOrder order_;  // the unpinned documents, in eviction order
+  std::int64_t unpinned_pages_ = 0;  // pages of the documents in order_: what eviction could free
   std::uint64_t clock_ = 0;
   std::uint64_t removals_ = 0;  // documents removed and tails released: see removals()
   KvStoreStats stats_;

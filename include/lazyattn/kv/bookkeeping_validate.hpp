@@ -56,7 +56,7 @@ inline void KvBookkeeping::validate() const {
     LAZYATTN_CHECK(static_cast<std::int64_t>(d.pages.size()) == pages_for(d.length), w,
                    ": document slot ", s, " has ", d.pages.size(), " pages for length ", d.length);
     LAZYATTN_CHECK(d.pins >= 0, w, ": document slot ", s, " has pin count ", d.pins);
-    LAZYATTN_CHECK(d.last_use <= clock_ && d.last_use < kProtectedKey, w, ": document slot ", s,
+    LAZYATTN_CHECK(d.last_use <= clock_ && d.last_use < detail::EvictionOrder::kProtectedKey, w, ": document slot ", s,
                    " used in the future");
     LAZYATTN_CHECK(!d.protected_seg || config_.eviction == EvictionPolicy::kSegmentedLru, w,
                    ": document slot ", s, " is protected under eviction ",
@@ -66,7 +66,7 @@ inline void KvBookkeeping::validate() const {
     if (d.pins == 0) {
       ++unpinned;
       unpinned_pages += static_cast<std::int64_t>(d.pages.size());
-      LAZYATTN_CHECK(lru_.count(lru_key(static_cast<std::uint32_t>(s), d)) == 1, w,
+      LAZYATTN_CHECK(order_.contains(order_.key(static_cast<std::uint32_t>(s), d)), w,
                      ": unpinned document slot ", s, " missing from LRU");
     } else {
       ++pinned;
@@ -76,11 +76,11 @@ inline void KvBookkeeping::validate() const {
   }
   LAZYATTN_CHECK(static_cast<std::int64_t>(index_.size()) == live, w, ": index holds ",
                  index_.size(), " keys, expected ", live);
-  LAZYATTN_CHECK(static_cast<std::int64_t>(lru_.size()) == unpinned, w, ": LRU holds ", lru_.size(),
-                 " entries, expected ", unpinned);
+  LAZYATTN_CHECK(static_cast<std::int64_t>(order_.size()) == unpinned, w, ": LRU holds ",
+                 order_.size(), " entries, expected ", unpinned);
   LAZYATTN_CHECK(unpinned_pages_ == unpinned_pages, w, ": ", unpinned_pages_,
                  " pages counted as evictable, expected ", unpinned_pages);
-  LAZYATTN_CHECK(protected_pages_ == protected_pages, w, ": ", protected_pages_,
+  LAZYATTN_CHECK(order_.protected_pages() == protected_pages, w, ": ", order_.protected_pages(),
                  " pages counted as protected, expected ", protected_pages);
   LAZYATTN_CHECK(stats_.documents == live && stats_.pinned_documents == pinned, w, ": stats count ",
                  stats_.documents, " documents (", stats_.pinned_documents, " pinned), expected ",
