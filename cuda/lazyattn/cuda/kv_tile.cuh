@@ -161,6 +161,18 @@ struct TileStream {
     ahead_info = info(tile + S + 1);
   }
 
+  // step() for a caller that keeps the records itself (the raw-capable decode's ring in shared
+  // memory): `issuing` is tile + S - 1's record, `following` tile + S's; also() adds copies to
+  // this tile's commit group.
+  template <class Also>
+  __device__ void step_with(int tile, int it, const TileInfo& issuing, const TileInfo& following,
+                            Also&& also) {
+    if (tile + S - 1 < tile_end) issue(issuing, issue_pages, (it + S - 1) % S);
+    also();
+    ptx::cp_async_commit();
+    fetch_pages(following, issue_pages);
+  }
+
   // info() without a branch (callers have tile_end > 0): past the end, the last tile's record
   // with rows = 0 (no keys).
   __device__ TileInfo info_nb(int tile) const {

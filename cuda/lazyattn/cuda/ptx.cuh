@@ -133,7 +133,9 @@ __device__ __forceinline__ std::uint32_t pack2(float lo, float hi) {
 template <class T>
 __device__ __forceinline__ float2 unpack2(std::uint32_t r) {
   if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-    return __bfloat1622float2(*reinterpret_cast<__nv_bfloat162*>(&r));
+    // A bf16 is the top half of its float: one shift and one mask (the intrinsic's byte
+    // permute and shift take three instructions for the pair).
+    return make_float2(__uint_as_float(r << 16), __uint_as_float(r & 0xffff0000u));
   } else {
     return __half22float2(*reinterpret_cast<__half2*>(&r));
   }

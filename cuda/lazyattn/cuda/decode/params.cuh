@@ -55,6 +55,8 @@ inline constexpr int kDecodeThreads = 32 * kDecodeWarps;
 inline constexpr int kDecodeTileKeys = kTileKeys;  // 16 keys per warp
 inline constexpr int kRows = kMaxDecodeGroup;  // query rows of the mma A operand
 
+inline constexpr int kRecordRing = 8;  // slots of the raw-capable build's record ring
+
 template <int D>
 struct DecodeShape {
   static constexpr int kStages = D <= 128 ? 3 : 2;
@@ -73,7 +75,9 @@ struct DecodeShape {
                                                                        : kMergeBytes;
   static constexpr int kQRotOffset = kPipeBytes;              // [2][kRows][D] 16-bit
   static constexpr int kCsQueryOffset = kQRotOffset + 2 * kRows * D * 2;  // [2][D / 2] float2
-  static constexpr int kSmemBytes = kCsQueryOffset + 2 * (D / 2) * 8;
+  // The raw-capable build's ring of tile records (decode/kernel.cuh), 16-byte aligned.
+  static constexpr int kRecordOffset = kCsQueryOffset + 2 * (D / 2) * 8;
+  static constexpr int kSmemBytes = kRecordOffset + kRecordRing * static_cast<int>(sizeof(TileInfo));
   // Two CTAs per multiprocessor (228 KiB, 1 KiB reserved per CTA) up to D = 128.
   static_assert(D > 128 || kSmemBytes <= 113 * 1024, "decode: shared memory too large for 2 CTAs/SM");
 };
