@@ -59,6 +59,11 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
   const int g = lane >> 2;
   const int t4 = lane & 3;
   const int mi = lane >> 3;  // which 8x8 matrix of an ldmatrix.x4 this lane addresses
+  // This thread's share of a query rotation (a rotary pair's angles, a 16-dim chunk of a query
+  // row). The raw-capable build, which rotates the query at every raw tile, rotates the ids by
+  // three warps: with G = 4 the angles fall to warps 1 and 2 and the query rows to warp 3, not
+  // both to warp 0, which the other warps then waited for at the next barrier.
+  const int qid = kRawTiles ? (tid + 3 * 32) % kDecodeThreads : tid;
 
   const int b = p.sched.work_request[work];
   const int tile_begin = p.sched.work_tile_begin[work];
@@ -92,7 +97,7 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
   static_assert(D / 2 <= kDecodeThreads, "decode: one rotary pair per thread");
   std::uint64_t my_turns = 0;
   auto turns_of = [&](int j) -> std::uint64_t {
-    if constexpr (kEarly) return my_turns;  // j == tid
+    if constexpr (kEarly) return my_turns;  // j == qid
     else return turns[j];
   };
   // The raw-capable build's loop reads the records from a ring in shared memory instead
@@ -131,7 +136,7 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
     }
     if constexpr (kEarly) {
       load_records();
-      if (tid < rot_half) my_turns = turns[tid];
+      if (qid < rot_half) my_turns = turns[qid];
     }
   };
   stream.prefetch_records(tile_begin, tid);
@@ -186,8 +191,8 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
   constexpr int kPairChunks = kRows * (D / 16);  // (row, 16 dims) units, one per thread
   constexpr int kPer = (kPairChunks + kDecodeThreads - 1) / kDecodeThreads;
   const bool fast_query = kRope && kPer == 1 && rotary % 16 == 0;
-  const int fq_row = tid / (D / 16), fq_u = tid % (D / 16);
-  const bool fq_owner = tid < kPairChunks && fq_row < G;  // holds a real query chunk
+  const int fq_row = qid / (D / 16), fq_u = qid % (D / 16);
+  const bool fq_owner = qid < kPairChunks && fq_row < G;  // holds a real query chunk
   // This thread's two chunks (dims fq_a.. and fq_b..) and what they hold.
   enum : int { kFqHalf, kFqInterleaved, kFqPass };
   const int fq_kind = 16 * fq_u >= rotary ? kFqPass : interleaved ? kFqInterleaved : kFqHalf;
@@ -208,7 +213,7 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
   auto q_rot_at = [&](int buf) { return q_rot_buf + buf * (kRows * D); };
   // cos/sin of a rotation, scaled by the query scale, into angle buffer cb (fast path).
   auto precompute_angles = [&](int cb, std::int64_t delta) {
-    for (int j = tid; j < rot_half; j += kDecodeThreads) {
+    for (int j = qid; j < rot_half; j += kDecodeThreads) {
       const float2 c = rope_cos_sin(delta, turns_of(j));
       cs_query[cb * (D / 2) + j] = make_float2(c.x * q_scale, c.y * q_scale);
     }
@@ -255,7 +260,7 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
   // Element by element (any layout, RoPE off too), into buffer buf: two barriers.
   auto build_general = [&](int buf, std::int64_t delta) {
     if (kRope) {
-      for (int j = tid; j < rot_half; j += kDecodeThreads)
+      for (int j = qid; j < rot_half; j += kDecodeThreads)
         cs_query[j] = rope_cos_sin(delta, turns_of(j));
       cs_tag0 = kNoDelta;  // unscaled: not for build_fast
     }
@@ -317,7 +322,7 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
   if (tile_begin < tile_end) {
     const std::int64_t d0 = tile_delta(cur);
     if (fast_query) {
-      if (tid < kPairChunks) {
+      if (qid < kPairChunks) {
         if (fq_row < G) {
           q_x = *reinterpret_cast<const uint4*>(q_src + fq_row * D + fq_a);
           q_y = *reinterpret_cast<const uint4*>(q_src + fq_row * D + fq_b);
