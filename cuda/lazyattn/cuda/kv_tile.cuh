@@ -163,7 +163,8 @@ struct TileStream {
 
   // step() for a caller that keeps the records itself (the raw-capable decode's ring in shared
   // memory): `issuing` is tile + S - 1's record, `following` tile + S's; also() adds copies to
-  // this tile's commit group.
+  // this tile's commit group. (step() keeps its own three lines: routed through this, the
+  // decode's RoPE-off build compiled to different PTX, 3 more registers.)
   template <class Also>
   __device__ void step_with(int tile, int it, const TileInfo& issuing, const TileInfo& following,
                             Also&& also) {
