@@ -37,8 +37,11 @@ def kernels(path, pattern):
         if s.startswith(".loc") or s.startswith("//") or s.startswith(".file"):
             continue  # .file names the checkout's path
         s = re.sub(r"//.*$", "", s).rstrip()  # trailing comments ("{ // callseq 2, 0")
-        # Labels and local depots are numbered by the function's place in the file.
-        body.append(re.sub(r"__local_depot\d+", "__local_depot", re.sub(r"\$L__BB\d+_", "$L__BB_", s)))
+        # Labels and local depots are numbered by the function's place in the file, inline asm's
+        # labels ("wait_%=" in mbarrier.cuh) by the asm statement's place in the translation unit.
+        s = re.sub(r"\$L__BB\d+_", "$L__BB_", s)
+        s = re.sub(r"\b(wait_)\d+\b", r"\1", s)
+        body.append(re.sub(r"__local_depot\d+", "__local_depot", s))
     if name is not None:
         out[name] = body
     return {k: v for k, v in out.items() if re.search(pattern, k)}
