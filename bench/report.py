@@ -109,7 +109,8 @@ def prefill_table(ours, peers):
 def prefill_markdown(rows, meta):
     lines = [f"Prefill, {meta['device']}, commit {meta['commit']}, {meta['date']}; medians; "
              "TFLOP/s = 4 q kv d heads / time (halved for the causal square).", "",
-             "Kernels as PrefillKernel::kAuto picks them (head dim 128: " +
+             "Head dim 128 (Llama-3-8B's attention), shapes ending _d64 at head dim 64 (Llama-3.2-1B's). "
+             "Kernels as PrefillKernel::kAuto picks them (" +
              ", ".join(sorted({f"{m} {k}" for r in rows for m, k in r.get("kernel", {}).items()
                                if m in ("local", "raw", "rope_off")})) +
              "; each RoPE overhead against the RoPE-off run of the same kernel).", "",

@@ -13,6 +13,8 @@
 //                rope_off: without RoPE the layout does not matter)
 //   splits       automatic key-range splits (a workspace is passed); LAZYATTN_BENCH_PREFILL_SPLITS=N
 //                forces N
+//   *_d64        the same shapes at head dim 64 (Llama-3.2-1B's attention: 32 query heads, 8 KV
+//                heads); half the dims rotary is 32 of them there
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -31,16 +33,17 @@ namespace {
 
 using namespace lazyattn;
 
-constexpr int kQoHeads = 32, kKvHeads = 8, kHeadDim = 128, kPageSize = 16;
+constexpr int kQoHeads = 32, kKvHeads = 8, kPageSize = 16;
 
 struct Shape {
   std::string name;
   int num_docs;      // documents of doc_len before the tail
   int doc_len;
   int tail_len;      // the request's own tokens, all of them queries
+  int head_dim = 128;
 };
 
-// *Mma: the mma.sync kernel forced (kAuto takes the wgmma kernel at head dim 128).
+// *Mma: the mma.sync kernel forced (kAuto takes the wgmma kernel at head dims 64 and 128).
 enum class Mode {
   kLocal, kRaw, kRopeOff, kLocalMma, kRawMma, kRopeOffMma,
   kLocalInterleaved, kRawInterleaved, kLocalPartial, kRawPartial
@@ -78,11 +81,12 @@ struct Setup {
   double flops = 0;
 };
 
-RopePolicy llama3_rope(PairLayout pairs = PairLayout::kHalf, double partial = 1.0) {
+RopePolicy llama3_rope(int head_dim, PairLayout pairs = PairLayout::kHalf,
+                       double partial = 1.0) {
   RopeConfig c;
   c.pair_layout = pairs;
   c.partial_rotary_factor = partial;
-  c.head_dim = kHeadDim;
+  c.head_dim = head_dim;
   c.rope_theta = 500000.0;
   c.max_position_embeddings = 131072;
   c.rope_scaling.rope_type = RopeType::kLlama3;
@@ -98,14 +102,15 @@ std::unique_ptr<Setup> build(const Shape& sh) {
   s->shape = sh.name;
   std::int64_t pages = std::int64_t{sh.num_docs} * ((sh.doc_len + kPageSize - 1) / kPageSize) +
                        (sh.tail_len + kPageSize - 1) / kPageSize;
-  KvStoreConfig cfg{1, kKvHeads, kHeadDim, kPageSize, DType::kBFloat16, pages};
+  const int D = sh.head_dim;
+  KvStoreConfig cfg{1, kKvHeads, D, kPageSize, DType::kBFloat16, pages};
   s->store = std::make_unique<KvStore>(cfg);
   s->pool = std::make_unique<cuda::DevicePool>(cfg);
   s->pool->fill_uniform(4321);
-  s->rope = std::make_unique<cuda::DeviceRope>(llama3_rope());
+  s->rope = std::make_unique<cuda::DeviceRope>(llama3_rope(D));
   s->rope_interleaved =
-      std::make_unique<cuda::DeviceRope>(llama3_rope(PairLayout::kInterleaved));
-  s->rope_partial = std::make_unique<cuda::DeviceRope>(llama3_rope(PairLayout::kHalf, 0.5));
+      std::make_unique<cuda::DeviceRope>(llama3_rope(D, PairLayout::kInterleaved));
+  s->rope_partial = std::make_unique<cuda::DeviceRope>(llama3_rope(D, PairLayout::kHalf, 0.5));
   std::vector<DocHandle> docs;
   for (int j = 0; j < sh.num_docs; ++j) {
     auto r = s->store->allocate(DocKey{7, static_cast<std::uint64_t>(j)}, StorageForm::kLocal,
@@ -119,18 +124,18 @@ std::unique_ptr<Setup> build(const Shape& sh) {
   s->store->reserve(tail, sh.tail_len);
   RequestLayout layout = layouts::back_to_back(*s->store, docs, tail, sh.tail_len);
   Plan plan = make_plan(*s->store, layout);
-  s->plan_local.upload(plan, cuda::prefill_schedule(plan, {kQoHeads, kKvHeads, kHeadDim}));
+  s->plan_local.upload(plan, cuda::prefill_schedule(plan, {kQoHeads, kKvHeads, D}));
   Plan raw = plan;
   std::fill(raw.segment_form.begin(), raw.segment_form.end(),
             static_cast<std::uint8_t>(StorageForm::kRaw));
-  s->plan_raw.upload(raw, cuda::prefill_schedule(raw, {kQoHeads, kKvHeads, kHeadDim}));
-  std::size_t q_elems = static_cast<std::size_t>(sh.tail_len) * kQoHeads * kHeadDim;
+  s->plan_raw.upload(raw, cuda::prefill_schedule(raw, {kQoHeads, kKvHeads, D}));
+  std::size_t q_elems = static_cast<std::size_t>(sh.tail_len) * kQoHeads * D;
   s->q = cuda::DeviceBuffer<__nv_bfloat16>(q_elems);
   s->o = cuda::DeviceBuffer<__nv_bfloat16>(q_elems);
   s->lse = cuda::DeviceBuffer<float>(static_cast<std::size_t>(sh.tail_len) * kQoHeads);
   cuda::fill_uniform(s->q.data(), DType::kBFloat16, static_cast<std::int64_t>(q_elems), 5);
   const double kv = double(sh.num_docs) * sh.doc_len + sh.tail_len;
-  s->flops = 4.0 * sh.tail_len * kv * kHeadDim * kQoHeads;
+  s->flops = 4.0 * sh.tail_len * kv * D * kQoHeads;
   if (sh.num_docs == 0) s->flops /= 2;  // causal square
   LAZYATTN_CUDA_CHECK(cudaDeviceSynchronize());
   return s;
@@ -153,7 +158,7 @@ void bench_prefill(benchmark::State& state, Shape sh, Mode mode) {
   a.maybe_lse = s.lse.data();
   a.params.num_qo_heads = kQoHeads;
   a.params.num_kv_heads = kKvHeads;
-  a.params.head_dim = kHeadDim;
+  a.params.head_dim = sh.head_dim;
   a.rope = mode != Mode::kRopeOff && mode != Mode::kRopeOffMma;
   a.kernel = mode == Mode::kLocalMma || mode == Mode::kRawMma || mode == Mode::kRopeOffMma
                  ? cuda::PrefillKernel::kMmaSync
@@ -179,8 +184,9 @@ void bench_prefill(benchmark::State& state, Shape sh, Mode mode) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::vector<Shape> shapes{{"rag_tail", 16, 512, 512}, {"encode_4096", 0, 0, 4096},
-                            {"encode_16384", 0, 0, 16384}};
+  std::vector<Shape> shapes{{"rag_tail", 16, 512, 512},          {"encode_4096", 0, 0, 4096},
+                            {"encode_16384", 0, 0, 16384},         {"rag_tail_d64", 16, 512, 512, 64},
+                            {"encode_4096_d64", 0, 0, 4096, 64}, {"encode_16384_d64", 0, 0, 16384, 64}};
   for (const Shape& sh : shapes) {
     const std::vector<Mode> modes{Mode::kLocal,           Mode::kRaw,
                                   Mode::kRopeOff,         Mode::kLocalMma,

@@ -75,16 +75,17 @@ def decode_case(b, l, quick):
     return row
 
 
-def prefill_case(name, q_len, kv_len, causal_square, quick):
-    flops = 4.0 * q_len * kv_len * D * HQ
+def prefill_case(name, q_len, kv_len, causal_square, quick, d=D):
+    flops = 4.0 * q_len * kv_len * d * HQ
     if causal_square:
         flops /= 2
-    row = {"kind": "prefill", "name": name, "q_len": q_len, "kv_len": kv_len, "flops": flops}
+    row = {"kind": "prefill", "name": name, "q_len": q_len, "kv_len": kv_len, "head_dim": d,
+           "flops": flops}
     sets = []
     for _ in range(3):
-        q = torch.randn(1, HQ, q_len, D, device="cuda", dtype=DT)
-        k = torch.randn(1, HK, kv_len, D, device="cuda", dtype=DT)
-        v = torch.randn(1, HK, kv_len, D, device="cuda", dtype=DT)
+        q = torch.randn(1, HQ, q_len, d, device="cuda", dtype=DT)
+        k = torch.randn(1, HK, kv_len, d, device="cuda", dtype=DT)
+        v = torch.randn(1, HK, kv_len, d, device="cuda", dtype=DT)
         sets.append((q, k, v))
     for bname, be in (("flash", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION)):
         try:
@@ -122,9 +123,11 @@ def main():
         out["rows"].append(copy_case(quick))
         for b, l in ((1, 32768), (16, 16384), (64, 4096), (128, 8192), (64, 10272), (1, 10272)):
             out["rows"].append(decode_case(b, l, quick))
-    out["rows"].append(prefill_case("rag_tail", 512, 16 * 512 + 512, False, quick))
-    out["rows"].append(prefill_case("encode_4096", 4096, 4096, True, quick))
-    out["rows"].append(prefill_case("encode_16384", 16384, 16384, True, quick))
+    # Head dim 128 (Llama-3-8B's attention), then 64 (Llama-3.2-1B's: the same head counts).
+    for d, suffix in ((D, ""), (64, "_d64")):
+        out["rows"].append(prefill_case("rag_tail" + suffix, 512, 16 * 512 + 512, False, quick, d))
+        out["rows"].append(prefill_case("encode_4096" + suffix, 4096, 4096, True, quick, d))
+        out["rows"].append(prefill_case("encode_16384" + suffix, 16384, 16384, True, quick, d))
     with open(sys.argv[1], "w") as f:
         json.dump(out, f, indent=1)
     for r in out["rows"]:

@@ -47,7 +47,7 @@ struct PrefillScratch {
 
 // The prefill kernels: the FlashAttention-2-style mma.sync kernel (every head dim, form and
 // rotary layout, any architecture from sm_80) and the Hopper kernel (warpgroup MMA, a loading
-// warpgroup and two computing ones: head dim 128, every form and rotary layout). Value 2 was a
+// warpgroup and two computing ones: head dims 64 and 128, every form and rotary layout). Value 2 was a
 // Hopper kernel without the loading warpgroup, retired as slower.
 enum class PrefillKernel : std::uint8_t { kAuto = 0, kMmaSync = 1, kWgmmaWs = 3 };
 
@@ -77,7 +77,7 @@ struct PrefillArgs {
   // Key-range splits per query tile: 0 picks (enough CTAs to fill the GPU when the query tiles
   // alone do not), 1 none, N forces N. Splits need a workspace.
   int kv_splits = 0;
-  // Which kernel: kAuto takes the Hopper kernel (kWgmmaWs) where it applies (head dim 128; a
+  // Which kernel: kAuto takes the Hopper kernel (kWgmmaWs) where it applies (head dim 64 or 128; a
   // plan with raw-form segments also needs the rotated-K scratch, which a PrefillWorkspace
   // provides) and the mma.sync kernel otherwise; kWgmmaWs insists (and throws, naming what does
   // not fit), kMmaSync forces the FlashAttention-2-style kernel.
@@ -103,7 +103,7 @@ inline std::int64_t prefill_rotated_k_elems(const PrefillArgs& args, const Devic
 // 16-bit elements of rotated-K scratch at hand (a workspace grows to what it needs: -1).
 inline const char* wgmma_prefill_mismatch(const PrefillArgs& args, const DevicePlan& plan,
                                           const DeviceRope&, std::int64_t rotated_k_room = -1) {
-  if (args.params.head_dim != 128) return "head_dim is not 128";
+  if (!detail::wgmma_prefill_head_dim(args.params.head_dim)) return "head_dim is not 64 or 128";
   if (rotated_k_room >= 0 && rotated_k_room < prefill_rotated_k_elems(args, plan))
     return "the plan has raw-form segments and no rotated-K scratch for them "
            "(PrefillScratch::rotated_k, or a PrefillWorkspace)";
@@ -231,7 +231,7 @@ inline void prefill(const PrefillArgs& args, const DevicePool& pool, const Devic
           LAZYATTN_CUDA_CHECK_LAUNCH();
         };
         bool launched = false;
-        if constexpr (D == 128) {
+        if constexpr (detail::wgmma_prefill_head_dim(D)) {
           if (wgmma && prefill_rotated_k_elems(args, plan) > 0) {
             // The raw-form K tiles rotated once for every query tile (prefill/raw_keys.cuh).
             p.rotated_k = scratch.rotated_k;
@@ -240,7 +240,7 @@ inline void prefill(const PrefillArgs& args, const DevicePool& pool, const Devic
             LAZYATTN_CUDA_CHECK_LAUNCH();
           }
           if (wgmma) {
-            constexpr int smem = detail::WgmmaPrefillShape::kSmemBytes;
+            constexpr int smem = detail::WgmmaPrefillShape<D>::kSmemBytes;
             auto launch_wgmma = [&](auto kernel) {
               prepare_kernel(kernel, smem);
               dim3 grid(static_cast<unsigned>(sv.num_qtiles * ap.num_kv_heads), 1,
@@ -248,19 +248,19 @@ inline void prefill(const PrefillArgs& args, const DevicePool& pool, const Devic
               kernel<<<grid, detail::kWgmmaWsThreads, smem, stream>>>(p);
               LAZYATTN_CUDA_CHECK_LAUNCH();
             };
-            // Builds: raw tiles or not, rotate-half over all 128 dims or any layout (one-segment
+            // Builds: raw tiles or not, rotate-half over all dims or any layout (one-segment
             // requests in any layout take the general form), and RoPE off.
             const bool any = rope.view().rotary_dim != D || rope.view().interleaved != 0;
             using detail::prefill_wgmma_kernel;
-            if (!args.rope) launch_wgmma(prefill_wgmma_kernel<T, false>);
+            if (!args.rope) launch_wgmma(prefill_wgmma_kernel<T, D, false>);
             else if (plan.has_raw_segments() && any)
-              launch_wgmma(prefill_wgmma_kernel<T, true, false, true, true>);
+              launch_wgmma(prefill_wgmma_kernel<T, D, true, false, true, true>);
             else if (plan.has_raw_segments())
-              launch_wgmma(prefill_wgmma_kernel<T, true, false, true, false>);
-            else if (any) launch_wgmma(prefill_wgmma_kernel<T, true, false, false, true>);
+              launch_wgmma(prefill_wgmma_kernel<T, D, true, false, true, false>);
+            else if (any) launch_wgmma(prefill_wgmma_kernel<T, D, true, false, false, true>);
             else if (plan.single_segment_requests())
-              launch_wgmma(prefill_wgmma_kernel<T, true, true>);
-            else launch_wgmma(prefill_wgmma_kernel<T, true>);
+              launch_wgmma(prefill_wgmma_kernel<T, D, true, true>);
+            else launch_wgmma(prefill_wgmma_kernel<T, D, true>);
             launched = true;
           }
         }

@@ -21,24 +21,30 @@ inline constexpr int kWgmmaPrefillThreads = 256;
 inline constexpr int kWgmmaStages = 4;
 inline constexpr int kWgmmaWsThreads = kWgmmaPrefillThreads + 128;
 
+// Head dims the Hopper prefill takes (the others run on the mma.sync kernel).
+constexpr bool wgmma_prefill_head_dim(int head_dim) { return head_dim == 64 || head_dim == 128; }
+
+// Byte offsets in the kernel's shared memory for head dim kD (sizes at 128; 64 halves each).
+template <int kD>
 struct WgmmaPrefillShape {
-  static constexpr int D = 128;
+  static_assert(wgmma_prefill_head_dim(kD), "the Hopper prefill's head dims");
+  static constexpr int D = kD;
   static constexpr int kTileBytes = kTileKeys * D * 2;      // 16 KiB
   static constexpr int kStages = 0;                         // [stage][K, V] tiles
   // Until the prologue has read them, the raw query tile (blocked layout, 32 KiB) lies in the
   // last ring stage and the query's cos/sin tables in the one before (the K/V stream fills
   // those two after the prologue).
   static constexpr int kQRaw = kStages + (kWgmmaStages - 1) * 2 * kTileBytes;
-  // [8][64] float2: R(m_first + 16a), in the V slot of the stage before
+  // [8][D / 2] float2: R(m_first + 16a), in the V slot of the stage before
   static constexpr int kCsQ = kStages + (kWgmmaStages - 2) * 2 * kTileBytes + kTileBytes;
-  static constexpr int kCsOff = kCsQ + 8 * (D / 2) * 8;     // [16][64] float2: R(0 .. 15)
-  // [32][kWgmmaPrefillThreads] float2: thread t's query elements R(m) q at [i][t] (64 KiB)
+  static constexpr int kCsOff = kCsQ + 8 * (D / 2) * 8;     // [16][D / 2] float2: R(0 .. 15)
+  // [D / 4][kWgmmaPrefillThreads] float2: thread t's query elements R(m) q at [i][t] (64 KiB)
   static constexpr int kQPre = kStages + kWgmmaStages * 2 * kTileBytes;
-  // [8][kWgmmaPrefillThreads] uint4: thread t's A fragments of k-step kk at [kk][t] (32 KiB)
-  static constexpr int kQFrag = kQPre + 32 * kWgmmaPrefillThreads * 8;
-  // [wg][64] float2: R(-s) for the segment being built
-  static constexpr int kCsSeg = kQFrag + 8 * kWgmmaPrefillThreads * 16;
-  static constexpr int kTurns = kCsSeg + 2 * (D / 2) * 8;   // [64] Q0.64 angles per position
+  // [D / 16][kWgmmaPrefillThreads] uint4: thread t's A fragments of k-step kk at [kk][t]
+  static constexpr int kQFrag = kQPre + (D / 4) * kWgmmaPrefillThreads * 8;
+  // [wg][D / 2] float2: R(-s) for the segment being built
+  static constexpr int kCsSeg = kQFrag + (D / 16) * kWgmmaPrefillThreads * 16;
+  static constexpr int kTurns = kCsSeg + 2 * (D / 2) * 8;   // [D / 2] Q0.64 angles per position
   // mbarriers full[stage] (the loading warpgroup's copies landed) and empty[stage] (both
   // computing warpgroups are done with the stage), after everything else.
   static constexpr int kBars = kTurns + (D / 2) * 8;
@@ -47,36 +53,35 @@ struct WgmmaPrefillShape {
   static_assert(kPrefillRows * D * 2 == 2 * kTileBytes, "the raw query fills one ring stage");
 };
 
-// The wgmma kernel's raw query (blocked_swizzle layout in shared memory, head dim 128): the
-// pairs at dims col, col + 1 and col + 64, col + 65 of `row`, in fp32.
-template <class T>
+// The wgmma kernel's raw query (blocked_swizzle layout in shared memory): the pairs at dims
+// col, col + 1 and col + D / 2, col + D / 2 + 1 of `row`, in fp32.
+template <class T, int D>
 __device__ __forceinline__ void wgmma_query_pairs(const T* q_raw, int row, int col, float2& x,
                                                   float2& y) {
-  constexpr int D = 128;
   const T* x_at = q_raw + blocked_swizzle<D, kPrefillRows>(row, col >> 3) + (col & 7);
   const T* y_at = q_raw + blocked_swizzle<D, kPrefillRows>(row, (col + D / 2) >> 3) + (col & 7);
   x = ptx::unpack2<T>(*reinterpret_cast<const std::uint32_t*>(x_at));
   y = ptx::unpack2<T>(*reinterpret_cast<const std::uint32_t*>(y_at));
 }
 
-// Index of this thread's q_pre entry for A fragment (kk, r): dims col, col + 1 (hi = 0) or
-// col + 64, col + 65 (hi = 1), col = 16 kk + 2 t4 + 8 (r / 2).
+// Index of this thread's q_pre entry for A fragment (kk, r), kk < D / 32: dims col, col + 1
+// (hi = 0) or col + D / 2, col + D / 2 + 1 (hi = 1), col = 16 kk + 2 t4 + 8 (r / 2).
 __device__ __forceinline__ int wgmma_q_pre_index(int kk, int r, int hi, int tid) {
   return (2 * (4 * kk + r) + hi) * kWgmmaPrefillThreads + tid;
 }
 
 // A-fragment entry (kk, r) of the thread owning rows row_a, row_a + 8 (queries ia, ib) and
-// columns 16 kk + 2 t4 + {0, 1, 8, 9}: the raw pairs (col, col + 64) and (col + 1, col + 65) times
-// `scale`, rotated in fp32 by their query's angle, the coarse table at 16 (i / 16) combined with
-// the offset table at i % 16 (x: dims col, col + 1; y: dims col + 64, col + 65).
-template <class T>
+// columns 16 kk + 2 t4 + {0, 1, 8, 9}: the raw pairs (col, col + D / 2) and (col + 1,
+// col + D / 2 + 1) times `scale`, rotated in fp32 by their query's angle, the coarse table at
+// 16 (i / 16) combined with the offset table at i % 16 (x: dims col, col + 1; y: their partners).
+template <class T, int D>
 __device__ __forceinline__ void wgmma_rotated_query_pairs(const T* q_raw, const float2* cs_q,
                                                           const float2* cs_off, int row_a, int ia,
                                                           int ib, int t4, int kk, int r,
                                                           float scale, float2& x, float2& y) {
-  constexpr int kHalf = 64;
+  constexpr int kHalf = D / 2;
   const int col = 16 * kk + 2 * t4 + 8 * (r >> 1);
-  wgmma_query_pairs(q_raw, row_a + 8 * (r & 1), col, x, y);
+  wgmma_query_pairs<T, D>(q_raw, row_a + 8 * (r & 1), col, x, y);
   x.x *= scale, x.y *= scale, y.x *= scale, y.y *= scale;
   const int i = (r & 1) ? ib : ia;
   const float2* coarse = cs_q + (i >> 4) * kHalf + col;
@@ -88,22 +93,22 @@ __device__ __forceinline__ void wgmma_rotated_query_pairs(const T* q_raw, const 
 // The wgmma kernel's prologue rotation, out of line: R(m) q * scale into q_pre, the angle of
 // query row i (= row / G) from the coarse table at 16 (i / 16) combined with the offset table at
 // i % 16. Thread `tid` owns rows row_a and row_a + 8 and the A-fragment columns
-// 16 kk + 2 t4 + {0, 1, 8, 9} (+ 64), stored at wgmma_q_pre_index.
+// 16 kk + 2 t4 + {0, 1, 8, 9} (+ D / 2), stored at wgmma_q_pre_index.
 // __noinline__: ptxas allocates its registers apart from the kernel's (inlined, this code moves
 // the schedule of the RoPE build's tile loop, which then runs slower). The segment rebuild stays
 // inline: it runs at every segment change, where a call costs more than it saves.
-template <class T>
+template <class T, int D>
 __device__ __noinline__ void wgmma_rotate_query(const T* q_raw, float2* q_pre, const float2* cs_q,
                                                 const float2* cs_off, int row_a, int G, int t4,
                                                 int tid, float q_scale) {
-  constexpr int D = 128;
   const int ia = row_a / G, ib = (row_a + 8) / G;
 #pragma unroll
   for (int kk = 0; kk < D / 32; ++kk) {
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
       float2 x, y;
-      wgmma_rotated_query_pairs(q_raw, cs_q, cs_off, row_a, ia, ib, t4, kk, r, q_scale, x, y);
+      wgmma_rotated_query_pairs<T, D>(q_raw, cs_q, cs_off, row_a, ia, ib, t4, kk, r, q_scale, x,
+                                      y);
       q_pre[wgmma_q_pre_index(kk, r, 0, tid)] = x;
       q_pre[wgmma_q_pre_index(kk, r, 1, tid)] = y;
     }
@@ -114,11 +119,10 @@ __device__ __noinline__ void wgmma_rotate_query(const T* q_raw, float2* q_pre, c
 // reads): R(m - s) q, the scale folded into the coarse table, rounded once into the A fragments
 // of this thread (q_frag[kk][tid] as store_fragments lays them out), for a CTA whose keys all lie
 // in one segment: no fp32 R(m) q and no build pass.
-template <class T>
+template <class T, int D>
 __device__ __noinline__ void wgmma_rotate_query_frag(const T* q_raw, uint4* q_frag,
                                                      const float2* cs_q, const float2* cs_off,
                                                      int row_a, int G, int t4, int tid) {
-  constexpr int D = 128;
   const int ia = row_a / G, ib = (row_a + 8) / G;
 #pragma unroll
   for (int kk = 0; kk < D / 32; ++kk) {
@@ -126,7 +130,7 @@ __device__ __noinline__ void wgmma_rotate_query_frag(const T* q_raw, uint4* q_fr
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
       float2 x, y;  // the scale is in cs_q (x 1.0f folds away)
-      wgmma_rotated_query_pairs(q_raw, cs_q, cs_off, row_a, ia, ib, t4, kk, r, 1.0f, x, y);
+      wgmma_rotated_query_pairs<T, D>(q_raw, cs_q, cs_off, row_a, ia, ib, t4, kk, r, 1.0f, x, y);
       lo[r] = ptx::pack2<T>(x.x, x.y);
       hi[r] = ptx::pack2<T>(y.x, y.y);
     }
@@ -136,35 +140,35 @@ __device__ __noinline__ void wgmma_rotate_query_frag(const T* q_raw, uint4* q_fr
 }
 
 // RoPE off: this thread's A fragments of q * scale, straight from the raw query (fragment kk
-// holds dims col, col + 1 and fragment kk + 4 dims col + 64, col + 65, as wgmma_query_pairs reads
-// them).
-template <class T>
-__device__ __forceinline__ void wgmma_scaled_query(std::uint32_t (&qf)[8][4], const T* q_raw,
+// holds dims col, col + 1 and fragment kk + D / 32 their partners col + D / 2, col + D / 2 + 1,
+// as wgmma_query_pairs reads them).
+template <class T, int D>
+__device__ __forceinline__ void wgmma_scaled_query(std::uint32_t (&qf)[D / 16][4], const T* q_raw,
                                                    int row_a, int t4, float q_scale) {
 #pragma unroll
-  for (int kk = 0; kk < 4; ++kk) {
+  for (int kk = 0; kk < D / 32; ++kk) {
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
       const int row = row_a + 8 * (r & 1);
       const int col = 16 * kk + 2 * t4 + 8 * (r >> 1);
       float2 x, y;
-      wgmma_query_pairs(q_raw, row, col, x, y);
+      wgmma_query_pairs<T, D>(q_raw, row, col, x, y);
       qf[kk][r] = ptx::pack2<T>(x.x * q_scale, x.y * q_scale);
-      qf[kk + 4][r] = ptx::pack2<T>(y.x * q_scale, y.y * q_scale);
+      qf[kk + D / 32][r] = ptx::pack2<T>(y.x * q_scale, y.y * q_scale);
     }
   }
 }
 
 // A segment's query, qf = R(-s) (R(m) q), from this thread's own q_pre entries
-// (wgmma_rotate_query) and the segment's cos/sin `cs` per pair, rotate-half over all 128 dims.
-// The four k-steps unrolled: a rebuild sits on both warpgroups' paths between two runs, so its
+// (wgmma_rotate_query) and the segment's cos/sin `cs` per pair, rotate-half over all D dims.
+// The k-steps unrolled: a rebuild sits on both warpgroups' paths between two runs, so its
 // latency counts, not its registers (one k-step at a time is slower on the RAG tail).
-template <class T>
-__device__ __forceinline__ void wgmma_segment_query(std::uint32_t (&qf)[8][4],
+template <class T, int D>
+__device__ __forceinline__ void wgmma_segment_query(std::uint32_t (&qf)[D / 16][4],
                                                     const float2* q_pre, const float2* cs, int t4,
                                                     int tid) {
 #pragma unroll
-  for (int kk = 0; kk < 4; ++kk) {
+  for (int kk = 0; kk < D / 32; ++kk) {
     std::uint32_t lo[4], hi[4];
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
@@ -181,12 +185,12 @@ __device__ __forceinline__ void wgmma_segment_query(std::uint32_t (&qf)[8][4],
       }
     }
 #pragma unroll
-    for (int r = 0; r < 4; ++r) qf[kk][r] = lo[r], qf[kk + 4][r] = hi[r];
+    for (int r = 0; r < 4; ++r) qf[kk][r] = lo[r], qf[kk + D / 32][r] = hi[r];
   }
 }
 
 // ---- other rotary layouts: interleaved (GPT-J) pairs, partial rotary dims -------------------
-// Fragment (kk, r), kk < 8, of the thread owning rows row_a, row_a + 8 holds dims d, d + 1 with
+// Fragment (kk, r), kk < D / 16, of the thread owning rows row_a, row_a + 8 holds dims d, d + 1 with
 // d = 16 kk + 2 t4 + 8 (r / 2) of row row_a + 8 (r % 2). A rotary dim's partner is in the same
 // register (interleaved: d, d + 1 are one pair) or in fragment (kk +- rotary / 32, r) (rotate-half:
 // partner d +- rotary / 2), so every thread rotates its own elements; dims from rotary_dim on pass
@@ -230,18 +234,18 @@ __device__ __forceinline__ float2 rotate_fragment(float2 x, float2 y, float2 c0,
 
 // Fragment (kk, r) of R(delta_i) q: the raw query's dims times rot_scale (rotary dims, rotated by
 // the coarse table at 16 (i / 16) combined with the offset table at i % 16, both [row][pair] with
-// a row stride of 64 pairs) or pass_scale (the others), in fp32.
-template <class T>
+// a row stride of D / 2 pairs) or pass_scale (the others), in fp32.
+template <class T, int D>
 __device__ __forceinline__ float2 wgmma_rotated_fragment(const T* q_raw, const float2* cs_q,
                                                          const float2* cs_off, int row_a, int ia,
                                                          int ib, int t4, int kk, int r,
                                                          int rotary, bool interleaved,
                                                          float rot_scale, float pass_scale) {
-  constexpr int kStride = 64;  // the tables' pairs per row (head dim 128)
+  constexpr int kStride = D / 2;  // the tables' pairs per row
   const FragmentPairs f = fragment_pairs(kk, r, t4, rotary, interleaved);
   const int row = row_a + 8 * (r & 1);
   auto dims = [&](int dim) {
-    const T* at = q_raw + blocked_swizzle<128, kPrefillRows>(row, dim >> 3) + (dim & 7);
+    const T* at = q_raw + blocked_swizzle<D, kPrefillRows>(row, dim >> 3) + (dim & 7);
     return ptx::unpack2<T>(*reinterpret_cast<const std::uint32_t*>(at));
   };
   const int d = 16 * kk + 2 * t4 + 8 * (r >> 1);
@@ -259,9 +263,9 @@ __device__ __forceinline__ float2 wgmma_rotated_fragment(const T* q_raw, const f
 }
 
 // wgmma_rotate_query for the other layouts: fragment (kk, r) of R(m) q into q_pre at
-// wgmma_q_pre_index(kk % 4, r, kk / 4, tid) (the same slots), rotary dims scaled by q_scale, the
-// others by pass_scale.
-template <class T>
+// wgmma_q_pre_index(kk % (D / 32), r, kk / (D / 32), tid) (the same slots), rotary dims scaled by
+// q_scale, the others by pass_scale.
+template <class T, int D>
 __device__ __noinline__ void wgmma_rotate_query_any(const T* q_raw, float2* q_pre,
                                                     const float2* cs_q, const float2* cs_off,
                                                     int row_a, int G, int t4, int tid,
@@ -269,39 +273,40 @@ __device__ __noinline__ void wgmma_rotate_query_any(const T* q_raw, float2* q_pr
                                                     float pass_scale) {
   const int ia = row_a / G, ib = (row_a + 8) / G;
 #pragma unroll
-  for (int kk = 0; kk < 8; ++kk)
+  for (int kk = 0; kk < D / 16; ++kk)
 #pragma unroll
     for (int r = 0; r < 4; ++r)
-      q_pre[wgmma_q_pre_index(kk % 4, r, kk / 4, tid)] = wgmma_rotated_fragment(
+      q_pre[wgmma_q_pre_index(kk % (D / 32), r, kk / (D / 32), tid)] = wgmma_rotated_fragment<T, D>(
           q_raw, cs_q, cs_off, row_a, ia, ib, t4, kk, r, rotary, interleaved, q_scale,
           pass_scale);
 }
 
 // A-fragment entry (kk, r) of R(-s) (R(m) q) for the other layouts, from this thread's q_pre
 // (wgmma_rotate_query_any) and the segment's cos/sin `cs` (per pair); kk compile-time.
-template <class T>
+template <class T, int D>
 __device__ __forceinline__ std::uint32_t wgmma_segment_fragment(const float2* q_pre,
                                                                 const float2* cs, int kk, int r,
                                                                 int t4, int tid, int rotary,
                                                                 bool interleaved) {
   const FragmentPairs f = fragment_pairs(kk, r, t4, rotary, interleaved);
-  const float2 x = q_pre[wgmma_q_pre_index(kk % 4, r, kk / 4, tid)];
-  const float2 y = q_pre[wgmma_q_pre_index(f.kp % 4, r, f.kp / 4, tid)];
-  const float2 v = rotate_fragment(x, y, cs[f.j], cs[min(f.j + 1, 63)], f, interleaved);
+  constexpr int h = D / 32;  // the k-steps of a half
+  const float2 x = q_pre[wgmma_q_pre_index(kk % h, r, kk / h, tid)];
+  const float2 y = q_pre[wgmma_q_pre_index(f.kp % h, r, f.kp / h, tid)];
+  const float2 v = rotate_fragment(x, y, cs[f.j], cs[min(f.j + 1, D / 2 - 1)], f, interleaved);
   return ptx::pack2<T>(v.x, v.y);
 }
 
 // wgmma_segment_query for the other layouts.
-template <class T>
-__device__ __forceinline__ void wgmma_segment_query_any(std::uint32_t (&qf)[8][4],
+template <class T, int D>
+__device__ __forceinline__ void wgmma_segment_query_any(std::uint32_t (&qf)[D / 16][4],
                                                         const float2* q_pre, const float2* cs,
                                                         int t4, int tid, int rotary,
                                                         bool interleaved) {
 #pragma unroll
-  for (int kk = 0; kk < 8; ++kk)
+  for (int kk = 0; kk < D / 16; ++kk)
 #pragma unroll
     for (int r = 0; r < 4; ++r)
-      qf[kk][r] = wgmma_segment_fragment<T>(q_pre, cs, kk, r, t4, tid, rotary, interleaved);
+      qf[kk][r] = wgmma_segment_fragment<T, D>(q_pre, cs, kk, r, t4, tid, rotary, interleaved);
 }
 
 }  // namespace lazyattn::cuda::detail

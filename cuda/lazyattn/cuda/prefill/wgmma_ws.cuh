@@ -1,6 +1,6 @@
 // The Hopper prefill (sm_90a): warpgroup MMA, FlashAttention-3's warp specialisation and
-// ping-pong, for head dim 128, 16-bit, every storage form and rotary layout (rotate-half or
-// interleaved pairs, all or some dims rotary) or RoPE off; other head dims run on the mma.sync
+// ping-pong, for head dims 64 and 128, 16-bit, every storage form and rotary layout (rotate-half
+// or interleaved pairs, all or some dims rotary) or RoPE off; other head dims run on the mma.sync
 // kernel (prefill/mma_sync.cuh). One CTA takes 128 query rows (GQA-packed) of one request and one
 // KV head.
 //  - Loading: warpgroup 2 (24 registers; the others take the rest with setmaxnreg) streams the
@@ -19,7 +19,7 @@
 //    most one segment: document encodings, chunks of a tail without documents) rotates the
 //    query once, straight to R(m - s), and compiles the rebuild out. Each thread holds both
 //    members of every pair it rotates in all layouts (wgmma_query.cuh), the rotate-half layout
-//    over all 128 dims on a tuned path.
+//    over all head dims on a tuned path.
 //  - Overlap inside a warpgroup: S(j) and P(j-1) V(j-1) are issued back to back; tile j's
 //    softmax runs under P V; O is rescaled after the wait.
 //  - Overlap between the computing warpgroups: they take turns issuing their wgmmas (two named
@@ -47,17 +47,17 @@
 
 namespace lazyattn::cuda::detail {
 
-// kAnyRotary: interleaved pairs or rotary dims fewer than 128 (read at run time); false: the
-// rotate-half layout over all 128 dims, with compile-time tables (its own build: with both paths
-// in one, the local form's tile loop ran 7-12% slower).
-template <class T, bool kRope, bool kOneSeg = false, bool kRawTiles = false,
+// kD: the head dim (64 or 128). kAnyRotary: interleaved pairs or rotary dims fewer than kD (read
+// at run time); false: the rotate-half layout over all dims, with compile-time tables (its own
+// build: with both paths in one, the local form's tile loop ran 7-12% slower).
+template <class T, int kD, bool kRope, bool kOneSeg = false, bool kRawTiles = false,
           bool kAnyRotary = false>
 __global__ void __launch_bounds__(kWgmmaWsThreads, 1)
     prefill_wgmma_kernel(const __grid_constant__ PrefillParams p) {
   static_assert(!kOneSeg || kRope, "the one-segment form rotates its query once");
   static_assert(!kRawTiles || (kRope && !kOneSeg), "raw tiles: the RoPE build over segments");
   static_assert(!kAnyRotary || (kRope && !kOneSeg), "other layouts: the RoPE build over segments");
-  using Shape = WgmmaPrefillShape;
+  using Shape = WgmmaPrefillShape<kD>;
   constexpr int D = Shape::D;
   constexpr int kThreads = kWgmmaPrefillThreads;
   constexpr int S = kWgmmaStages;
@@ -135,8 +135,10 @@ __global__ void __launch_bounds__(kWgmmaWsThreads, 1)
     const T* k_head = static_cast<const T*>(p.k_pool) + kv_head * p.head_stride;
     const T* v_head = static_cast<const T*>(p.v_pool) + kv_head * p.head_stride;
     T* stages = reinterpret_cast<T*>(smem + Shape::kStages);
-    const int chunk = lane % (D / 8);      // the 16-byte chunk of a row this thread copies
-    const int row_in = 2 * lwarp + lane / (D / 8);  // its first row; then every 8 rows
+    // The warpgroup copies kPass rows at a time (8 at head dim 128, 16 at 64).
+    constexpr int kPass = 128 / (D / 8);
+    const int chunk = lane % (D / 8);  // the 16-byte chunk of a row this thread copies
+    const int row_in = (32 / (D / 8)) * lwarp + lane / (D / 8);  // its first row; then every kPass
     const int at_row_in = blocked_swizzle<D, kTileKeys>(row_in, chunk);
     const int slot_mask = (1 << p.page_size_log2) - 1;
     prefetch_tile_records(p.sched.tiles, tile_begin, tile_end, ltid, 128);
@@ -167,8 +169,8 @@ __global__ void __launch_bounds__(kWgmmaWsThreads, 1)
       const int my_page = lane < npages ? p.plan.page_ids[first + lane] : 0;
       T* ks = stages + stage * 2 * kTileKeys * D;
       T* vs = ks + kTileKeys * D;
-      // Row r = row_in + 8 i, addressed from this tile's key_r = key0 + row_in: with r or
-      // row_in + 8 i in the loop, ptxas hoisted the seven row numbers out of it and, with 24
+      // Row r = row_in + kPass i, addressed from this tile's key_r = key0 + row_in: with r or
+      // row_in + kPass i in the loop, ptxas hoisted the seven row numbers out of it and, with 24
       // registers, spilled lane, at_row_in and a flag (three local loads per tile, RoPE builds).
       const int key_r = ti.key0 + row_in;
       const int left = ti.rows - row_in;  // rows of the tile from row_in on
@@ -182,20 +184,20 @@ __global__ void __launch_bounds__(kWgmmaWsThreads, 1)
                     row_in * D + chunk * 8
               : nullptr;
 #pragma unroll
-      for (int i = 0; i < kTileKeys / 8; ++i) {
-        const int key = key_r + 8 * i;
-        const bool valid = 8 * i < left;
+      for (int i = 0; i < kTileKeys / kPass; ++i) {
+        const int key = key_r + kPass * i;
+        const bool valid = kPass * i < left;
         // Past the tile's rows the copy reads 0 bytes (valid false); its address stays in the
         // pool: one of the tile's pages, or page 0 from a lane past npages.
         const int page = __shfl_sync(0xffffffffu, my_page, (key >> p.page_size_log2) - page0);
         const std::int64_t off = static_cast<std::int64_t>(page) * p.page_stride +
                                  static_cast<std::int64_t>(key & slot_mask) * D + chunk * 8;
-        // Row r's swizzle phase (r % 8) is row_in's, so its offset is row_in's plus 8 i rows,
-        // a constant. Computed per row, ptxas kept eight offsets live across the loop and
+        // Row r's swizzle phase (r % 8) is row_in's, so its offset is row_in's plus kPass i
+        // rows, a constant. Computed per row, ptxas kept eight offsets live across the loop and
         // spilled them (11 local loads per tile in the RoPE build).
-        const int at = at_row_in + blocked_swizzle<D, kTileKeys>(8 * i, 0);
+        const int at = at_row_in + blocked_swizzle<D, kTileKeys>(kPass * i, 0);
         if constexpr (kRawTiles) {
-          const T* k_src = k_rows ? k_rows + 8 * i * D : k_head + off;
+          const T* k_src = k_rows ? k_rows + kPass * i * D : k_head + off;
           ptx::cp_async_16(ptx::smem_addr(ks + at), k_src, valid);
         } else {
           ptx::cp_async_16(ptx::smem_addr(ks + at), k_head + off, valid);
@@ -226,14 +228,14 @@ __global__ void __launch_bounds__(kWgmmaWsThreads, 1)
   ptx::cp_async_commit();  // the raw query's copies (the loading warpgroup streams K/V)
 
   // cos/sin of -s (segment start s) for every rotary pair, into this warpgroup's buffer (its
-  // first 64 threads; the caller syncs the warpgroup before anyone reads).
+  // first rot_half threads; the caller syncs the warpgroup before anyone reads).
   const int wg_tid = tid % 128;
   auto compute_seg = [&](std::int64_t seg_start) {
     if (wg_tid < rot_half)
       cs_seg[wg * kHalf + wg_tid] = rope_cos_sin(-seg_start, s_turns[wg_tid]);
   };
-  // Every dim rotary in the rotate-half layout: the query side's tuned path (pairs d, d + 64 in
-  // k-steps kk, kk + 4); interleaved pairs and partial rotary dims take the general one.
+  // Every dim rotary in the rotate-half layout: the query side's tuned path (pairs d, d + D / 2
+  // in k-steps kk, kk + D / 32); interleaved pairs and partial rotary dims take the general one.
   constexpr bool full_half = !kAnyRotary;
   // The offset table's 16 rows (row 0, the identity, for every row of a pre-rotated query).
   auto load_offsets = [&] {
@@ -287,16 +289,16 @@ __global__ void __launch_bounds__(kWgmmaWsThreads, 1)
 
   // This thread's query elements, as wgmma's A fragments (mma.sync's A layout), held in
   // registers throughout: k-step kk, [0] (row_a, c..c+1), [1] (row_a + 8, c..), [2] (row_a,
-  // c+8..), [3] (row_a + 8, c+8..), c = 16 kk + 2 t4. Pair (col, col + 64) of fragment (kk, r),
-  // kk < 4, is q_pre entry 2 (4 kk + r) (dims col, col + 1) and 2 (4 kk + r) + 1 (dims col + 64,
-  // col + 65).
+  // c+8..), [3] (row_a + 8, c+8..), c = 16 kk + 2 t4. Pair (col, col + D / 2) of fragment (kk, r),
+  // kk < D / 32, is q_pre entry 2 (4 kk + r) (dims col, col + 1) and 2 (4 kk + r) + 1 (dims
+  // col + D / 2, col + D / 2 + 1).
   std::uint32_t qf[KSteps][4];
   // Prologue (the raw query landed): R(m) q * scale into q_pre (kRope, out of line), or
   // q * scale into qf; kOneSeg: R(m - s) q * scale into qf, through this thread's q_frag entries
   // (out of line; its own entries, so no barrier).
   auto prepare_query = [&] {
     if constexpr (kOneSeg) {
-      wgmma_rotate_query_frag<T>(q_raw, q_frag, cs_q, cs_off, row_a, G, t4, tid);
+      wgmma_rotate_query_frag<T, D>(q_raw, q_frag, cs_q, cs_off, row_a, G, t4, tid);
 #pragma unroll
       for (int kk = 0; kk < KSteps; ++kk) {
         const uint4 f = q_frag[kk * kThreads + tid];
@@ -304,20 +306,20 @@ __global__ void __launch_bounds__(kWgmmaWsThreads, 1)
       }
     } else if constexpr (kRope) {
       if constexpr (full_half)
-        wgmma_rotate_query<T>(q_raw, q_pre, cs_q, cs_off, row_a, G, t4, tid, q_scale);
+        wgmma_rotate_query<T, D>(q_raw, q_pre, cs_q, cs_off, row_a, G, t4, tid, q_scale);
       else
-        wgmma_rotate_query_any<T>(q_raw, q_pre, cs_q, cs_off, row_a, G, t4, tid,
+        wgmma_rotate_query_any<T, D>(q_raw, q_pre, cs_q, cs_off, row_a, G, t4, tid,
                                   p.rope.rotary_dim, interleaved, q_scale, p.sm_scale_log2);
     } else {
-      wgmma_scaled_query<T>(qf, q_raw, row_a, t4, q_scale);
+      wgmma_scaled_query<T, D>(qf, q_raw, row_a, t4, q_scale);
     }
   };
   // qf = R(-s) (R(m) q) for the segment whose cos/sin are in this warpgroup's buffer (kRope
   // only). Reads this thread's own q_pre entries: no barrier with the prologue.
   auto build_query = [&] {
     const float2* cs = cs_seg + wg * kHalf;
-    if constexpr (full_half) wgmma_segment_query<T>(qf, q_pre, cs, t4, tid);
-    else wgmma_segment_query_any<T>(qf, q_pre, cs, t4, tid, p.rope.rotary_dim, interleaved);
+    if constexpr (full_half) wgmma_segment_query<T, D>(qf, q_pre, cs, t4, tid);
+    else wgmma_segment_query_any<T, D>(qf, q_pre, cs, t4, tid, p.rope.rotary_dim, interleaved);
   };
   // S = Q K^T for this warpgroup's 64 rows against the tile in ring stage `stage` (issued, not
   // waited for).
@@ -334,7 +336,7 @@ __global__ void __launch_bounds__(kWgmmaWsThreads, 1)
     ptx::wgmma_commit();
   };
 
-  float o[D / 2];  // m64n128 accumulator: 16 column blocks x 4
+  float o[D / 2];  // m64nD accumulator: D / 8 column blocks x 4
 #pragma unroll
   for (int i = 0; i < D / 2; ++i) o[i] = 0.0f;
   float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.0f, 0.0f};
@@ -349,7 +351,8 @@ __global__ void __launch_bounds__(kWgmmaWsThreads, 1)
 #pragma unroll
     for (int kv = 0; kv < 4; ++kv) {
       const std::uint64_t dv = ptx::wgmma_desc(v_addr + kv * 16 * 128, kTileKeys * 128, 1024);
-      ptx::wgmma_rs_m64n128k16<T, true>(o, pa[kv], dv, 1);
+      if constexpr (D == 128) ptx::wgmma_rs_m64n128k16<T, true>(o, pa[kv], dv, 1);
+      else ptx::wgmma_rs_m64n64k16<T, true>(o, pa[kv], dv, 1);
     }
     ptx::wgmma_commit();
   };
