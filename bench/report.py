@@ -239,9 +239,9 @@ def plot_prefill(rows, path, meta):
     if any("local_mma" in r["ours_tflops"] for r in rows):
         series.insert(1, ("ours local, mma.sync", [r["ours_tflops"].get("local_mma") or 0
                                                     for r in rows]))
-    bars(path, [r["shape"] for r in rows], series, "TFLOP/s",
-         f"Prefill on {meta['device']}, Llama-3-8B heads, bf16, page 16 ({meta['date']})",
-         figsize=(8, 4.5))
+    bars(path, [r["shape"].replace("_d64", "\nd64") for r in rows], series, "TFLOP/s",
+         f"Prefill on {meta['device']}, 32 query / 8 KV heads, head dim 128 (d64: 64), bf16, "
+         f"page 16 ({meta['date']})", figsize=(max(8, 1.9 * len(rows)), 4.5))
 
 
 def main():

@@ -11,7 +11,8 @@ line is 1.10 (issue 25's bound: within 10% of RoPE off).
 import json
 import sys
 
-SHAPES = ["rag_tail", "encode_4096", "encode_16384"]
+SHAPES = ["rag_tail", "encode_4096", "encode_16384", "rag_tail_d64", "encode_4096_d64",
+          "encode_16384_d64"]  # the last three at head dim 64, where the run has them
 MODES = [("local", "#1f77b4"), ("raw", "#d62728"), ("local_interleaved", "#9ecae1"),
          ("raw_interleaved", "#fc9272"), ("local_partial", "#6baed6"), ("raw_partial", "#fb6a4a"),
          ("raw_mma", "#7f7f7f")]
@@ -30,7 +31,8 @@ def main():
     rows = medians(sys.argv[1])
     title = sys.argv[3] if len(sys.argv) > 3 else "prefill time / RoPE-off time (same kernel)"
     ratios = {}
-    for shape in SHAPES:
+    shapes = [sh for sh in SHAPES if any(k[0] == sh for k in rows)]
+    for shape in shapes:
         for mode, _ in MODES:
             if (shape, mode) not in rows:
                 continue
@@ -39,8 +41,8 @@ def main():
             if (shape, twin) in rows:
                 ratios[(shape, mode)] = t / rows[(shape, twin)][0]
     top = max([1.2] + list(ratios.values())) * 1.08
-    W, H, left, bottom, plot_h = 900, 420, 60, 70, 300
-    group_w = (W - left - 20) / len(SHAPES)
+    W, H, left, bottom, plot_h = max(900, 80 + 150 * len(shapes)), 420, 60, 70, 300
+    group_w = (W - left - 20) / len(shapes)
     bar_w = group_w / (len(MODES) + 1.5)
     y = lambda v: H - bottom - v / top * plot_h  # noqa: E731
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" '
@@ -52,7 +54,7 @@ def main():
         out.append(f'<text x="{left - 6}" y="{y(v) + 4:.1f}" text-anchor="end">{v:.1f}</text>')
     out.append(f'<line x1="{left}" x2="{W - 20}" y1="{y(1.1):.1f}" y2="{y(1.1):.1f}" '
                'stroke="black" stroke-dasharray="5,4"/>')
-    for g, shape in enumerate(SHAPES):
+    for g, shape in enumerate(shapes):
         x0 = left + g * group_w + bar_w * 0.75
         for i, (mode, color) in enumerate(MODES):
             v = ratios.get((shape, mode))
