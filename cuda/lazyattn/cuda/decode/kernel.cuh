@@ -168,9 +168,6 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
   // Its B fragments hold keys r = 16 warp + g and r + 8 of every tile. Entry e of a key: in the
   // rotate-half layout k-step kk = e / 4 of the first half, dims j = 16 kk + 2 t4 + {0, 1, 8, 9}
   // (pairs j, partners j + rotary/2); interleaved, k-step kk = e / 2, pairs 8 kk + t4 + {0, 4}.
-  const int rot_steps = rotary / 16;  // k-steps that hold rotary dims
-  const int half_steps = rot_steps / 2;
-  constexpr int kKeyCs = D / 8;
   const float2* offset_table =
       p.rope.offset_cs + static_cast<std::int64_t>(rope_set) * p.rope.offset_rows * rot_half;
   const RawKeyAngles<D, kRope && kRawTiles> key_cs(offset_table, warp, g, t4, rotary, interleaved);

@@ -190,15 +190,24 @@ __device__ __forceinline__ void wgmma_segment_query(std::uint32_t (&qf)[D / 16][
 }
 
 // ---- other rotary layouts: interleaved (GPT-J) pairs, partial rotary dims -------------------
-// Fragment (kk, r), kk < D / 16, of the thread owning rows row_a, row_a + 8 holds dims d, d + 1 with
-// d = 16 kk + 2 t4 + 8 (r / 2) of row row_a + 8 (r % 2). A rotary dim's partner is in the same
-// register (interleaved: d, d + 1 are one pair) or in fragment (kk +- rotary / 32, r) (rotate-half:
-// partner d +- rotary / 2), so every thread rotates its own elements; dims from rotary_dim on pass
-// through, scaled by sm_scale alone. Whether a fragment's dims are rotary, and which half of a
-// pair they are, depends on kk only (rotary dims come in multiples of 16, halves of 8 or 16).
-// The code has no branches on the layout, only selects (the identity rotation for dims past the
-// rotary ones): branches between the unrolled fragments kept their shared-memory loads from
-// overlapping, and the prologue and each segment's rebuild ran several times slower.
+// Fragment (kk, r), kk < D / 16, of the thread owning rows row_a, row_a + 8 holds dims d, d + 1
+// with d = 16 kk + 2 t4 + 8 (r / 2) of row row_a + 8 (r % 2). A rotary dim's partner is in the
+// same register (interleaved: d, d + 1 are one pair) or in fragment (kk +- rotary / 32, r)
+// (rotate-half: partner d +- rotary / 2), so every thread rotates its own elements; dims from
+// rotary_dim on pass through, scaled by sm_scale alone. Whether a fragment's dims are rotary, and
+// which half of a pair they are, depends on kk only (rotary dims come in multiples of 32 in the
+// rotate-half layout, of 16 interleaved).
+//  - The prologue (wgmma_rotate_query_any, out of line) writes q_pre in shared memory, so its
+//    loops count to run-time bounds, one loop per layout, and each rotate-half pair is rotated
+//    once for both its members.
+//  - The segment rebuild (wgmma_segment_query_any, inline) writes the A fragments, registers, so
+//    its k-steps are unrolled, and it has no branches on the layout, only selects (the identity
+//    rotation for dims past the rotary ones): branches between the unrolled fragments kept their
+//    shared-memory loads from overlapping, and the rebuild ran several times slower. (One through
+//    q_frag with run-time loops, as the prologue's, ran 10% faster on the RAG tail at head dim
+//    128, but moved ptxas's schedule of the tile loop: 1% slower on encode 16384 at 128 and
+//    7-16% slower at head dim 64, where the tile loop is shorter.)
+
 struct FragmentPairs {
   int j;       // the rotary pair of dims d (and d + 1: pair j + 1 in the rotate-half layout)
   int kp;      // the k-step holding the partners (rotate-half; kk itself otherwise)
@@ -232,53 +241,72 @@ __device__ __forceinline__ float2 rotate_fragment(float2 x, float2 y, float2 c0,
   return interleaved ? xi : xh;
 }
 
-// Fragment (kk, r) of R(delta_i) q: the raw query's dims times rot_scale (rotary dims, rotated by
-// the coarse table at 16 (i / 16) combined with the offset table at i % 16, both [row][pair] with
-// a row stride of D / 2 pairs) or pass_scale (the others), in fp32.
+// Dims dim, dim + 1 of the raw query's row `row` (blocked_swizzle layout), in fp32.
 template <class T, int D>
-__device__ __forceinline__ float2 wgmma_rotated_fragment(const T* q_raw, const float2* cs_q,
-                                                         const float2* cs_off, int row_a, int ia,
-                                                         int ib, int t4, int kk, int r,
-                                                         int rotary, bool interleaved,
-                                                         float rot_scale, float pass_scale) {
-  constexpr int kStride = D / 2;  // the tables' pairs per row
-  const FragmentPairs f = fragment_pairs(kk, r, t4, rotary, interleaved);
-  const int row = row_a + 8 * (r & 1);
-  auto dims = [&](int dim) {
-    const T* at = q_raw + blocked_swizzle<D, kPrefillRows>(row, dim >> 3) + (dim & 7);
-    return ptx::unpack2<T>(*reinterpret_cast<const std::uint32_t*>(at));
-  };
-  const int d = 16 * kk + 2 * t4 + 8 * (r >> 1);
-  const float2 x = dims(d);
-  const float2 y = dims(d + 16 * (f.kp - kk));  // the partners (x again where none)
-  const int i = (r & 1) ? ib : ia;
-  const float2* coarse = cs_q + (i >> 4) * kStride;
-  const float2* fine = cs_off + (i & 15) * kStride;
-  const int j1 = min(f.j + 1, kStride - 1);
-  const float2 c0 = combine_angles(coarse[f.j], fine[f.j]);
-  const float2 c1 = combine_angles(coarse[j1], fine[j1]);
-  const float2 v = rotate_fragment(x, y, c0, c1, f, interleaved);
-  const float scale = f.rot ? rot_scale : pass_scale;
-  return make_float2(v.x * scale, v.y * scale);
+__device__ __forceinline__ float2 wgmma_query_dims(const T* q_raw, int row, int dim) {
+  const T* at = q_raw + blocked_swizzle<D, kPrefillRows>(row, dim >> 3) + (dim & 7);
+  return ptx::unpack2<T>(*reinterpret_cast<const std::uint32_t*>(at));
 }
 
 // wgmma_rotate_query for the other layouts: fragment (kk, r) of R(m) q into q_pre at
 // wgmma_q_pre_index(kk % (D / 32), r, kk / (D / 32), tid) (the same slots), rotary dims scaled by
-// q_scale, the others by pass_scale.
+// q_scale, the others by pass_scale; query row i's angle from the coarse table at 16 (i / 16)
+// combined with the offset table at i % 16 (both [row][pair], a row stride of D / 2 pairs). The
+// loops over k-steps count to run-time bounds (the rotary k-steps, then the rest): q_pre is in
+// shared memory, so no fragment index needs to be known at compile time here.
 template <class T, int D>
 __device__ __noinline__ void wgmma_rotate_query_any(const T* q_raw, float2* q_pre,
                                                     const float2* cs_q, const float2* cs_off,
                                                     int row_a, int G, int t4, int tid,
                                                     int rotary, bool interleaved, float q_scale,
                                                     float pass_scale) {
+  constexpr int kHalfSteps = D / 32;  // k-steps per half of the head dim (q_pre's hi slot)
+  constexpr int kStride = D / 2;
   const int ia = row_a / G, ib = (row_a + 8) / G;
+  const int rot_steps = rotary / 16;
+  auto angle = [&](int r, int j) {
+    const int i = (r & 1) ? ib : ia;
+    return combine_angles(cs_q[(i >> 4) * kStride + j], cs_off[(i & 15) * kStride + j]);
+  };
+  auto store = [&](int kk, int r, float2 v) {
+    q_pre[wgmma_q_pre_index(kk % kHalfSteps, r, kk / kHalfSteps, tid)] = v;
+  };
+  auto scaled = [](float2 v, float f) { return make_float2(v.x * f, v.y * f); };
+  if (interleaved) {
+    for (int kk = 0; kk < rot_steps; ++kk) {
 #pragma unroll
-  for (int kk = 0; kk < D / 16; ++kk)
+      for (int r = 0; r < 4; ++r) {
+        const int d = 16 * kk + 2 * t4 + 8 * (r >> 1);
+        float2 x = scaled(wgmma_query_dims<T, D>(q_raw, row_a + 8 * (r & 1), d), q_scale);
+        rotate_pair(x.x, x.y, angle(r, d >> 1));
+        store(kk, r, x);
+      }
+    }
+  } else {
+    // Pairs (j, j + rotary / 2): the first half's fragment kk with its partners' fragment
+    // kk + rotary / 32, both rotated and stored here.
+    const int half = rotary / 2, shift = rotary / 32;
+    for (int kk = 0; kk < shift; ++kk) {
 #pragma unroll
-    for (int r = 0; r < 4; ++r)
-      q_pre[wgmma_q_pre_index(kk % (D / 32), r, kk / (D / 32), tid)] = wgmma_rotated_fragment<T, D>(
-          q_raw, cs_q, cs_off, row_a, ia, ib, t4, kk, r, rotary, interleaved, q_scale,
-          pass_scale);
+      for (int r = 0; r < 4; ++r) {
+        const int d = 16 * kk + 2 * t4 + 8 * (r >> 1);
+        const int row = row_a + 8 * (r & 1);
+        float2 x = scaled(wgmma_query_dims<T, D>(q_raw, row, d), q_scale);
+        float2 y = scaled(wgmma_query_dims<T, D>(q_raw, row, d + half), q_scale);
+        rotate_pair(x.x, y.x, angle(r, d));
+        rotate_pair(x.y, y.y, angle(r, d + 1));
+        store(kk, r, x);
+        store(kk + shift, r, y);
+      }
+    }
+  }
+  for (int kk = rot_steps; kk < D / 16; ++kk) {
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const int d = 16 * kk + 2 * t4 + 8 * (r >> 1);
+      store(kk, r, scaled(wgmma_query_dims<T, D>(q_raw, row_a + 8 * (r & 1), d), pass_scale));
+    }
+  }
 }
 
 // A-fragment entry (kk, r) of R(-s) (R(m) q) for the other layouts, from this thread's q_pre
@@ -308,5 +336,6 @@ __device__ __forceinline__ void wgmma_segment_query_any(std::uint32_t (&qf)[D / 
     for (int r = 0; r < 4; ++r)
       qf[kk][r] = wgmma_segment_fragment<T, D>(q_pre, cs, kk, r, t4, tid, rotary, interleaved);
 }
+
 
 }  // namespace lazyattn::cuda::detail
