@@ -110,18 +110,24 @@ int lazyattn_abi_version(void) { return LAZYATTN_C_ABI_VERSION; }
 
 // ---- pool ---------------------------------------------------------------------------------------
 
-lazyattn_status lazyattn_pool_create(int32_t num_layers, int32_t num_kv_heads, int32_t head_dim,
-                                     int32_t page_size, int32_t dtype, int64_t num_pages,
-                                     int32_t device, lazyattn_pool* out) {
-  const char* w = "lazyattn_pool_create";
+namespace {
+
+lazyattn_status create_pool(const char* w, int32_t num_layers, int32_t num_kv_heads,
+                            int32_t head_dim, int32_t page_size, int32_t dtype, int64_t num_pages,
+                            int32_t device, int32_t eviction, lazyattn_pool* out) {
   return guarded(w, [&] {
     check_out(out, w);
     *out = nullptr;
     LAZYATTN_CHECK(dtype == LAZYATTN_DTYPE_FLOAT16 || dtype == LAZYATTN_DTYPE_BFLOAT16, w,
                    ": dtype ", dtype, ", expected 1 (float16) or 2 (bfloat16)");
     LAZYATTN_CHECK(device >= 0, w, ": device ", device, ", expected a CUDA device index >= 0");
+    LAZYATTN_CHECK(eviction == LAZYATTN_EVICTION_LRU || eviction == LAZYATTN_EVICTION_SEGMENTED_LRU,
+                   w, ": eviction ", eviction, ", expected ", LAZYATTN_EVICTION_LRU, " (lru) or ",
+                   LAZYATTN_EVICTION_SEGMENTED_LRU, " (segmented_lru)");
     KvStoreConfig c{num_layers, num_kv_heads, head_dim, page_size, static_cast<DType>(dtype),
                     num_pages};
+    c.eviction = eviction == LAZYATTN_EVICTION_LRU ? EvictionPolicy::kLru
+                                                   : EvictionPolicy::kSegmentedLru;
     // The bookkeeping checks the geometry (the kernels index it), naming the bad value.
     auto pool = std::make_unique<lazyattn_pool_t>(device, c);
     const PoolGeometry& g = pool->pages.geometry();
@@ -129,6 +135,34 @@ lazyattn_status lazyattn_pool_create(int32_t num_layers, int32_t num_kv_heads, i
     LAZYATTN_CHECK(bytes < 4.0e18, w, ": ", bytes, " bytes per pool, expected less than 2^62");
     pools().add(pool.get());
     *out = pool.release();
+  });
+}
+
+}  // namespace
+
+lazyattn_status lazyattn_pool_create(int32_t num_layers, int32_t num_kv_heads, int32_t head_dim,
+                                     int32_t page_size, int32_t dtype, int64_t num_pages,
+                                     int32_t device, lazyattn_pool* out) {
+  return create_pool("lazyattn_pool_create", num_layers, num_kv_heads, head_dim, page_size, dtype,
+                     num_pages, device, LAZYATTN_EVICTION_LRU, out);
+}
+
+lazyattn_status lazyattn_pool_create_with_eviction(int32_t num_layers, int32_t num_kv_heads,
+                                                   int32_t head_dim, int32_t page_size,
+                                                   int32_t dtype, int64_t num_pages,
+                                                   int32_t device, int32_t eviction,
+                                                   lazyattn_pool* out) {
+  return create_pool("lazyattn_pool_create_with_eviction", num_layers, num_kv_heads, head_dim,
+                     page_size, dtype, num_pages, device, eviction, out);
+}
+
+lazyattn_status lazyattn_pool_eviction(lazyattn_pool pool, int32_t* eviction) {
+  const char* w = "lazyattn_pool_eviction";
+  return guarded(w, [&] {
+    lazyattn_pool_t& p = pool_of(pool, w);
+    check_out(eviction, w);
+    *eviction = p.config.eviction == EvictionPolicy::kLru ? LAZYATTN_EVICTION_LRU
+                                                          : LAZYATTN_EVICTION_SEGMENTED_LRU;
   });
 }
 

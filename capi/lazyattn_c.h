@@ -28,7 +28,7 @@
 extern "C" {
 #endif
 
-#define LAZYATTN_C_ABI_VERSION 2
+#define LAZYATTN_C_ABI_VERSION 3
 
 typedef enum lazyattn_status {
   LAZYATTN_OK = 0,
@@ -97,13 +97,28 @@ LAZYATTN_C_API int lazyattn_abi_version(void);
 /* ---- pool ------------------------------------------------------------------------------------
  * The bookkeeping of K and V pools [num_layers, num_pages, num_kv_heads, page_size, head_dim] of
  * `dtype` that the caller allocates on the device it names (documents keyed by content, dedupe,
- * pins, LRU eviction of unpinned documents when pages run out, tails, stale-handle detection).
+ * pins, LRU (or segmented-LRU) eviction of unpinned documents when pages run out, tails,
+ * stale-handle detection).
  * Host memory only: the pool works, and is tested, without a GPU. The launches take the K/V
  * pointers; lazyattn_pool_bytes gives the size of each. */
 LAZYATTN_C_API lazyattn_status lazyattn_pool_create(int32_t num_layers, int32_t num_kv_heads,
                                                     int32_t head_dim, int32_t page_size,
                                                     int32_t dtype, int64_t num_pages,
                                                     int32_t device, lazyattn_pool* out);
+/* Which unpinned document a pool evicts first when pages run out (KvStoreConfig::eviction):
+ * LAZYATTN_EVICTION_LRU, the least recently used (what lazyattn_pool_create takes), or
+ * LAZYATTN_EVICTION_SEGMENTED_LRU, segmented LRU: a document enters a probationary segment and
+ * moves to a protected one (at most 80% of the pages) when it is asked for again (a find that
+ * hits, an allocate of a key already stored); eviction takes probation's least recently used
+ * first, so documents used once do not push out the ones asked for again. */
+#define LAZYATTN_EVICTION_LRU 0
+#define LAZYATTN_EVICTION_SEGMENTED_LRU 1
+/* lazyattn_pool_create with the eviction policy named (since ABI version 3). */
+LAZYATTN_C_API lazyattn_status lazyattn_pool_create_with_eviction(
+    int32_t num_layers, int32_t num_kv_heads, int32_t head_dim, int32_t page_size, int32_t dtype,
+    int64_t num_pages, int32_t device, int32_t eviction, lazyattn_pool* out);
+/* The pool's eviction policy (a LAZYATTN_EVICTION_ value). */
+LAZYATTN_C_API lazyattn_status lazyattn_pool_eviction(lazyattn_pool pool, int32_t* eviction);
 LAZYATTN_C_API lazyattn_status lazyattn_pool_destroy(lazyattn_pool pool); /* NULL: no-op */
 LAZYATTN_C_API lazyattn_status lazyattn_pool_stats_get(lazyattn_pool pool,
                                                        lazyattn_pool_stats* out);

@@ -8,7 +8,7 @@ import ctypes
 import glob
 import os
 
-ABI_VERSION = 2
+ABI_VERSION = 3
 
 OK = 0
 ERROR_INVALID_ARGUMENT = 1
@@ -30,6 +30,9 @@ APPLY_ROPE = 1
 QUERY_ROTATED = 2
 INPUTS_SCALED = 4
 WRITE_ROTATE = 1
+EVICTION_LRU = 0
+EVICTION_SEGMENTED_LRU = 1
+EVICTIONS = {"lru": EVICTION_LRU, "segmented_lru": EVICTION_SEGMENTED_LRU}
 
 _LIB_NAME = "liblazyattn_c.so"
 
@@ -123,6 +126,9 @@ def _declare(h):
     protos = {
         "lazyattn_abi_version": (c.c_int, []),
         "lazyattn_pool_create": (c.c_int, [i32, i32, i32, i32, i32, i64, i32, pvp]),
+        "lazyattn_pool_create_with_eviction": (c.c_int, [i32, i32, i32, i32, i32, i64, i32, i32,
+                                                         pvp]),
+        "lazyattn_pool_eviction": (c.c_int, [vp, pi32]),
         "lazyattn_pool_destroy": (c.c_int, [vp]),
         "lazyattn_pool_stats_get": (c.c_int, [vp, c.POINTER(PoolStats)]),
         "lazyattn_pool_bytes": (c.c_int, [vp, pi64]),

@@ -299,9 +299,10 @@ class RagCache(_PoolCache):
 class DocumentStore:
     """lazyattn's pool for one transformers model (its layers, KV heads, head dim, dtype and
     RoPE schedule), with documents keyed by their token ids and the model's config. Sets the
-    model's attention implementation to "lazyattn"."""
+    model's attention implementation to "lazyattn". `eviction`: the pool's policy ("lru" or
+    "segmented_lru", lazyattn.Pool)."""
 
-    def __init__(self, model, num_pages, page_size=16, device=None, dtype=None):
+    def __init__(self, model, num_pages, page_size=16, device=None, dtype=None, eviction="lru"):
         config = _text_config(model.config)
         self.model, self.config = model, config
         layer_types = getattr(config, "layer_types", None) or []
@@ -323,7 +324,7 @@ class DocumentStore:
                              "documents are stored rotated by the model (local form)")
         self.pool = Pool(config.num_hidden_layers, num_kv_heads, head_dim, num_pages,
                               page_size=page_size, dtype=dtype or param.dtype, device=device,
-                              rope=self.rope)
+                              rope=self.rope, eviction=eviction)
         self.fingerprint = _fingerprint(config)
         model.set_attn_implementation(NAME)
         if model.config._attn_implementation != NAME:

@@ -25,16 +25,22 @@ _DTYPES = {torch.float16: _capi.DTYPE_FLOAT16, torch.bfloat16: _capi.DTYPE_BFLOA
 class Pool(_Owned):
     """K/V pools [num_layers, num_pages, num_kv_heads, page_size, head_dim] of `dtype` on a CUDA
     device (torch tensors `k`, `v`), with the library's page bookkeeping: documents keyed by
-    content and deduplicated, pins, LRU eviction of unpinned documents when the num_pages budget
-    runs out, tails, stale-handle detection. `rope` is the default for writes and plans."""
+    content and deduplicated, pins, eviction of unpinned documents when the num_pages budget
+    runs out, tails, stale-handle detection. `rope` is the default for writes and plans.
+    `eviction`: "lru" (the least recently used document goes first) or "segmented_lru" (a
+    document asked for again is protected from the ones used once; capi/lazyattn_c.h)."""
 
     _DESTROY = "pool_destroy"
 
     def __init__(self, num_layers, num_kv_heads, head_dim, num_pages, page_size=16,
-                 dtype=torch.bfloat16, device=None, rope=None):
+                 dtype=torch.bfloat16, device=None, rope=None, eviction="lru"):
         if dtype not in _DTYPES:
             raise ValueError("lazyattn.Pool: dtype %s, expected torch.bfloat16 or torch.float16"
                              % dtype)
+        if not isinstance(eviction, str) or eviction not in _capi.EVICTIONS:
+            raise ValueError("lazyattn.Pool: eviction %r, expected one of %s"
+                             % (eviction, ", ".join(map(repr, _capi.EVICTIONS))))
+        self.eviction = eviction
         self.num_layers, self.num_kv_heads, self.head_dim = num_layers, num_kv_heads, head_dim
         self.page_size, self.dtype, self.num_pages = page_size, dtype, num_pages
         self.device = _device_index(device)
@@ -42,8 +48,9 @@ class Pool(_Owned):
         self.rope = rope
         self._h = None
         h = ctypes.c_void_p()
-        _capi.call("pool_create", int(num_layers), int(num_kv_heads), int(head_dim),
-                   int(page_size), _DTYPES[dtype], int(num_pages), self.device, ctypes.byref(h))
+        _capi.call("pool_create_with_eviction", int(num_layers), int(num_kv_heads),
+                   int(head_dim), int(page_size), _DTYPES[dtype], int(num_pages), self.device,
+                   _capi.EVICTIONS[eviction], ctypes.byref(h))
         self._h, self._open = h, True
         shape = (num_layers, num_pages, num_kv_heads, page_size, head_dim)
         # Zero-filled: slots no token has been written to hold zeros, not garbage.
@@ -56,9 +63,9 @@ class Pool(_Owned):
         self.k = self.v = None
 
     def __repr__(self):
-        return "lazyattn.Pool(layers=%d, kv_heads=%d, head_dim=%d, pages=%d x %d, %s)" % (
+        return "lazyattn.Pool(layers=%d, kv_heads=%d, head_dim=%d, pages=%d x %d, %s, %s)" % (
             self.num_layers, self.num_kv_heads, self.head_dim, self.num_pages, self.page_size,
-            self.dtype)
+            self.dtype, self.eviction)
 
     def stats(self):
         s = _capi.PoolStats()

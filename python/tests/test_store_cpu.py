@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """The C ABI's pool bookkeeping from Python, with neither torch nor a GPU (CI runs it): content
-keys and dedupe, find hits and misses, pins, LRU eviction under the page budget, tails, write
+keys and dedupe, find hits and misses, pins, LRU and segmented-LRU eviction under the page
+budget, tails, write
 destinations, stale handles, destroyed handles, and bad values named in the errors; every failed
 call leaves the pool's statistics as they were.
 
@@ -27,10 +28,14 @@ def key(n):
 
 
 class Pool:
-    def __init__(self, num_pages=8, layers=2):
+    def __init__(self, num_pages=8, layers=2, eviction=None):
         self.h = ctypes.c_void_p()
-        capi.call("pool_create", layers, 2, 128, PAGE, capi.DTYPE_BFLOAT16, num_pages, 0,
-                  ctypes.byref(self.h))
+        if eviction is None:  # the ABI's first constructor: LRU
+            capi.call("pool_create", layers, 2, 128, PAGE, capi.DTYPE_BFLOAT16, num_pages, 0,
+                      ctypes.byref(self.h))
+        else:
+            capi.call("pool_create_with_eviction", layers, 2, 128, PAGE, capi.DTYPE_BFLOAT16,
+                      num_pages, 0, eviction, ctypes.byref(self.h))
 
     def stats(self):
         s = capi.PoolStats()
@@ -101,6 +106,27 @@ class StoreTest(unittest.TestCase):
         self.assert_fails("stale document handle", "doc_pin", p.h, c, pool=p)
         p.destroy()
 
+    def test_eviction_policies(self):
+        """One sequence under each policy: a document asked for again, then documents used once
+        that overflow the pages. LRU evicts the first (the least recently used by then);
+        segmented LRU keeps it (protected) and evicts the oldest of the others."""
+        for eviction, kept in ((None, False), (capi.EVICTION_LRU, False),
+                               (capi.EVICTION_SEGMENTED_LRU, True)):
+            p = Pool(num_pages=8, eviction=eviction)
+            got = ctypes.c_int32(-1)
+            capi.call("pool_eviction", p.h, ctypes.byref(got))
+            self.assertEqual(got.value, capi.EVICTION_LRU if eviction is None else eviction)
+            hot = p.insert(key(1), 32, pin=False)  # 2 pages
+            self.assertEqual(p.find(key(1)), hot)  # asked for again
+            once = [p.insert(key(10 + i), 32, pin=False) for i in range(3)]  # all 8 pages used
+            self.assertEqual(p.stats()["evictions"], 0)
+            extra = p.insert(key(20), 32, pin=False)  # 2 more pages: one document goes
+            self.assertEqual(p.stats()["evictions"], 1)
+            self.assertEqual(p.live(hot), kept, "eviction %s" % eviction)
+            self.assertEqual(p.live(once[0]), not kept, "eviction %s" % eviction)
+            self.assertTrue(all(p.live(d) for d in once[1:]) and p.live(extra))
+            p.destroy()
+
     def test_tails_and_destinations(self):
         p = Pool(num_pages=16)
         doc = p.insert(key(1), 20)
@@ -153,6 +179,12 @@ class StoreTest(unittest.TestCase):
         self.assert_fails("page_size 12", "pool_create", 1, 2, 128, 12, 2, 8, 0,
                           ctypes.byref(out))
         self.assert_fails("head_dim 7", "pool_create", 1, 2, 7, 16, 2, 8, 0, ctypes.byref(out))
+        for bad in (-1, 2):
+            out = ctypes.c_void_p(1)
+            self.assert_fails("eviction %d, expected 0 \\(lru\\) or 1 \\(segmented_lru\\)" % bad,
+                              "pool_create_with_eviction", 1, 2, 128, 16, 2, 8, 0, bad,
+                              ctypes.byref(out))
+            self.assertIsNone(out.value, "a failed create left a handle")
         p = Pool()
         self.assert_fails("absolute form is for tails only", "doc_allocate", p.h, 1, 2,
                           capi.FORM_ABSOLUTE, 10, ctypes.byref(ctypes.c_uint64()), None, pool=p)
@@ -165,6 +197,8 @@ class StoreTest(unittest.TestCase):
         self.assert_fails("not a live handle", "pool_stats_get", p.h,
                           ctypes.byref(capi.PoolStats()))
         self.assert_fails("is NULL", "pool_stats_get", None, ctypes.byref(capi.PoolStats()))
+        self.assert_fails("not a live handle", "pool_eviction", p.h,
+                          ctypes.byref(ctypes.c_int32()))
 
     def test_document_keys(self):
         toks = (ctypes.c_int32 * 3)(1, 2, 3)

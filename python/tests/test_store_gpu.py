@@ -51,6 +51,27 @@ def test_dedupe_find_pins_and_lru_eviction():
     rope.close()
 
 
+@pytest.mark.parametrize("eviction", ["lru", "segmented_lru"])
+def test_eviction_policy(eviction):
+    """A document asked for again, then documents used once that overflow the pages: LRU
+    evicts the first, segmented LRU keeps it and evicts the oldest of the others."""
+    rope = lazyattn.Rope(config("default"))
+    pool = lazyattn.Pool(1, 2, 128, num_pages=8, rope=rope, eviction=eviction)
+    assert pool.eviction == eviction and eviction in repr(pool)
+    hot = pool.insert(*kv(32), tokens=[1] * 32, pin=False)
+    assert pool.find(tokens=[1] * 32, pin=False).handle == hot.handle  # asked for again
+    once = [pool.insert(*kv(32), tokens=[10 + i] * 32, pin=False) for i in range(3)]
+    extra = pool.insert(*kv(32), tokens=[20] * 32, pin=False)  # one document must go
+    assert pool.stats()["evictions"] == 1
+    kept = eviction == "segmented_lru"
+    assert hot.is_live == kept and once[0].is_live == (not kept)
+    assert all(d.is_live for d in once[1:]) and extra.is_live
+    with pytest.raises(ValueError, match="eviction 'fifo', expected one of 'lru', 'segmented_lru'"):
+        lazyattn.Pool(1, 2, 128, num_pages=8, rope=rope, eviction="fifo")
+    pool.close()
+    rope.close()
+
+
 def test_stale_handles_and_stale_plans():
     pool, rope = small_pool()
     doc = pool.insert(*kv(20), pin=False)
