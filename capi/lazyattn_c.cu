@@ -112,6 +112,10 @@ int lazyattn_abi_version(void) { return LAZYATTN_C_ABI_VERSION; }
 
 namespace {
 
+// The C values are the store's EvictionPolicy values.
+static_assert(LAZYATTN_EVICTION_LRU == static_cast<int>(EvictionPolicy::kLru) &&
+              LAZYATTN_EVICTION_SEGMENTED_LRU == static_cast<int>(EvictionPolicy::kSegmentedLru));
+
 lazyattn_status create_pool(const char* w, int32_t num_layers, int32_t num_kv_heads,
                             int32_t head_dim, int32_t page_size, int32_t dtype, int64_t num_pages,
                             int32_t device, int32_t eviction, lazyattn_pool* out) {
@@ -126,8 +130,7 @@ lazyattn_status create_pool(const char* w, int32_t num_layers, int32_t num_kv_he
                    LAZYATTN_EVICTION_SEGMENTED_LRU, " (segmented_lru)");
     KvStoreConfig c{num_layers, num_kv_heads, head_dim, page_size, static_cast<DType>(dtype),
                     num_pages};
-    c.eviction = eviction == LAZYATTN_EVICTION_LRU ? EvictionPolicy::kLru
-                                                   : EvictionPolicy::kSegmentedLru;
+    c.eviction = static_cast<EvictionPolicy>(eviction);  // in range: checked above
     // The bookkeeping checks the geometry (the kernels index it), naming the bad value.
     auto pool = std::make_unique<lazyattn_pool_t>(device, c);
     const PoolGeometry& g = pool->pages.geometry();
@@ -161,8 +164,7 @@ lazyattn_status lazyattn_pool_eviction(lazyattn_pool pool, int32_t* eviction) {
   return guarded(w, [&] {
     lazyattn_pool_t& p = pool_of(pool, w);
     check_out(eviction, w);
-    *eviction = p.config.eviction == EvictionPolicy::kLru ? LAZYATTN_EVICTION_LRU
-                                                          : LAZYATTN_EVICTION_SEGMENTED_LRU;
+    *eviction = static_cast<int32_t>(p.config.eviction);
   });
 }
 

@@ -184,9 +184,12 @@ void bench_prefill(benchmark::State& state, Shape sh, Mode mode) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::vector<Shape> shapes{{"rag_tail", 16, 512, 512},          {"encode_4096", 0, 0, 4096},
-                            {"encode_16384", 0, 0, 16384},         {"rag_tail_d64", 16, 512, 512, 64},
-                            {"encode_4096_d64", 0, 0, 4096, 64}, {"encode_16384_d64", 0, 0, 16384, 64}};
+  std::vector<Shape> shapes{{"rag_tail", 16, 512, 512},
+                            {"encode_4096", 0, 0, 4096},
+                            {"encode_16384", 0, 0, 16384},
+                            {"rag_tail_d64", 16, 512, 512, 64},
+                            {"encode_4096_d64", 0, 0, 4096, 64},
+                            {"encode_16384_d64", 0, 0, 16384, 64}};
   for (const Shape& sh : shapes) {
     const std::vector<Mode> modes{Mode::kLocal,           Mode::kRaw,
                                   Mode::kRopeOff,         Mode::kLocalMma,

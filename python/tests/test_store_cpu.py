@@ -181,8 +181,8 @@ class StoreTest(unittest.TestCase):
         self.assert_fails("head_dim 7", "pool_create", 1, 2, 7, 16, 2, 8, 0, ctypes.byref(out))
         for bad in (-1, 2):
             out = ctypes.c_void_p(1)
-            self.assert_fails("eviction %d, expected 0 \\(lru\\) or 1 \\(segmented_lru\\)" % bad,
-                              "pool_create_with_eviction", 1, 2, 128, 16, 2, 8, 0, bad,
+            refused = "eviction %d, expected 0 \\(lru\\) or 1 \\(segmented_lru\\)" % bad
+            self.assert_fails(refused, "pool_create_with_eviction", 1, 2, 128, 16, 2, 8, 0, bad,
                               ctypes.byref(out))
             self.assertIsNone(out.value, "a failed create left a handle")
         p = Pool()

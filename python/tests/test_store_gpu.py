@@ -66,7 +66,8 @@ def test_eviction_policy(eviction):
     kept = eviction == "segmented_lru"
     assert hot.is_live == kept and once[0].is_live == (not kept)
     assert all(d.is_live for d in once[1:]) and extra.is_live
-    with pytest.raises(ValueError, match="eviction 'fifo', expected one of 'lru', 'segmented_lru'"):
+    refused = "eviction 'fifo', expected one of 'lru', 'segmented_lru'"
+    with pytest.raises(ValueError, match=refused):
         lazyattn.Pool(1, 2, 128, num_pages=8, rope=rope, eviction="fifo")
     pool.close()
     rope.close()

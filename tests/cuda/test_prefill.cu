@@ -496,8 +496,9 @@ TEST_CASE("prefill's kernel choice: kAuto takes wgmma_ws where it applies, kWgmm
   CHECK(choose(128, StorageForm::kLocal, full, K::kAuto, true, 0) == K::kWgmmaWs);
   // Head dim 256: the mma.sync kernel.
   CHECK(choose(256, StorageForm::kLocal, d256, K::kAuto, true) == K::kMmaSync);
-  CHECK_THROWS_WITH(choose(256, StorageForm::kLocal, d256, K::kWgmmaWs, true),
-                    Catch::Contains("kernel = wgmma_ws, but head_dim is not 64 or 128 (head_dim 256"));
+  CHECK_THROWS_WITH(
+      choose(256, StorageForm::kLocal, d256, K::kWgmmaWs, true),
+      Catch::Contains("kernel = wgmma_ws, but head_dim is not 64 or 128 (head_dim 256"));
   CHECK_THROWS_WITH(choose(128, StorageForm::kLocal, full, static_cast<K>(7), true),
                     Catch::Contains("kernel 7"));
   // 2, the retired two-warpgroup Hopper kernel, is no kernel now.

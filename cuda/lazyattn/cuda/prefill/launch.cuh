@@ -47,8 +47,8 @@ struct PrefillScratch {
 
 // The prefill kernels: the FlashAttention-2-style mma.sync kernel (every head dim, form and
 // rotary layout, any architecture from sm_80) and the Hopper kernel (warpgroup MMA, a loading
-// warpgroup and two computing ones: head dims 64 and 128, every form and rotary layout). Value 2 was a
-// Hopper kernel without the loading warpgroup, retired as slower.
+// warpgroup and two computing ones: head dims 64 and 128, every form and rotary layout). Value 2
+// was a Hopper kernel without the loading warpgroup, retired as slower.
 enum class PrefillKernel : std::uint8_t { kAuto = 0, kMmaSync = 1, kWgmmaWs = 3 };
 
 inline const char* to_string(PrefillKernel k) {

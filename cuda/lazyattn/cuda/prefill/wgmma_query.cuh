@@ -337,5 +337,4 @@ __device__ __forceinline__ void wgmma_segment_query_any(std::uint32_t (&qf)[D / 
       qf[kk][r] = wgmma_segment_fragment<T, D>(q_pre, cs, kk, r, t4, tid, rotary, interleaved);
 }
 
-
 }  // namespace lazyattn::cuda::detail
