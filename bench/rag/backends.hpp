@@ -57,6 +57,9 @@ struct CudaBackendOptions {
   // Steps whose every item is a one-token extend run cuda::decode; false: cuda::prefill for all.
   bool decode_kernel = true;
   int device = 0;
+  // The bookkeeping store's eviction order (the engine's kLfu keeps LRU underneath its own
+  // choices: store_policy).
+  EvictionPolicy eviction = EvictionPolicy::kLru;
 };
 
 // A backend whose K/V live on a device: the host KvStore is bookkeeping only (its page ids index

@@ -137,7 +137,8 @@ class CudaBackend final : public DeviceBackend {
                                                      .head_dim = 2,
                                                      .page_size = options_.page_size,
                                                      .dtype = DType::kBFloat16,
-                                                     .num_pages = num_pages});
+                                                     .num_pages = num_pages,
+                                                     .eviction = options_.eviction});
   }
 
   std::string describe() const override {

@@ -72,7 +72,7 @@ const char* kUsage = R"(usage: lazyattn_rag_bench [options]
   --max-step-tokens N      new tokens per engine step [16384]
   --eviction lru|segmented_lru|lfu
                            cache eviction: the store's LRU or segmented LRU, or the engine's
-                           perfect LFU (CPU backend only for segmented_lru so far) [lru]
+                           perfect LFU [lru]
   --warmup-requests N      leave the first N requests out of latency and hit statistics [0]
   --out FILE               write JSON there
   --no-progress            no progress bar on stderr
@@ -261,9 +261,7 @@ int run(const Options& o) {
       host = cpu_backend_weights(model, o.weight_seed);
       co.host_weights = &host;
     }
-    LAZYATTN_CHECK(o.engine.eviction != Eviction::kSegmentedLru,
-                   "lazyattn_rag_bench: --eviction segmented_lru runs on the CPU backend only so "
-                   "far (the CUDA backend's store is LRU)");
+    co.eviction = store_policy(o.engine.eviction);
     gpu = make_cuda_backend(model, co);
     std::fprintf(stderr, "%s", gpu->describe().c_str());
     gpu->warm_up(wc.doc_length, wc.question_length);

@@ -350,6 +350,26 @@ TEST_CASE("rag cuda backend: the modes complete, lazy computes block-attention's
                                                << same_block << ", position-aware " << same_aware
                                                << ", prefix vs full " << same_prefix);
   }
+
+  SECTION("the store's segmented LRU: evictions change which documents stay, not the tokens") {
+    CudaBackendOptions so = co;
+    so.eviction = EvictionPolicy::kSegmentedLru;
+    std::unique_ptr<DeviceBackend> slru_gpu = make_cuda_backend(model, so);
+    WorkloadConfig c =
+        lazyattn::rag::test::small_workload(vocab, /*num_requests=*/6, /*output_tokens=*/5);
+    c.rate = 0.05;  // one request at a time, as above: the same GEMM shapes in both runs
+    const Workload w = make_workload(c);
+    EngineConfig ec;
+    ec.record_logits = true;
+    const RunResult lru = run_mode(*gpu, w, Mode::kLazy, 1, ec);
+    ec.eviction = Eviction::kSegmentedLru;
+    const RunResult slru = run_mode(*slru_gpu, w, Mode::kLazy, 1, ec);
+    CHECK(slru_gpu->store().config().eviction == EvictionPolicy::kSegmentedLru);  // reset kept it
+    CHECK(gpu->store().config().eviction == EvictionPolicy::kLru);
+    CHECK(lru.store.evictions > 0);  // one cached document: the budget is tight
+    CHECK(slru.store.evictions > 0);
+    compare_runs(lru, slru, vocab, kModeBound);
+  }
 }
 
 TEST_CASE("rag cuda backend: configurations the kernels cannot run throw, naming the value",

@@ -77,6 +77,25 @@ void prepare_kernel(Kernel kernel, int smem_bytes) {
   else if (context != 0) done.push_back({fn, context, smem_bytes});
 }
 
+// Launches kernel(p) under programmatic dependent launch: its CTAs may start while the grid
+// before it in the stream drains, so it must ptx::grid_dependency_wait before it reads what that
+// grid writes (or writes what it reads).
+template <class Kernel, class Params>
+void launch_overlapping(Kernel kernel, dim3 grid, dim3 block, int smem_bytes, cudaStream_t stream,
+                        const Params& p) {
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = static_cast<std::size_t>(smem_bytes);
+  cfg.stream = stream;
+  cudaLaunchAttribute attr{};
+  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr.val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = &attr;
+  cfg.numAttrs = 1;
+  LAZYATTN_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, p));
+}
+
 // Calls f(std::integral_constant<int, D>{}) for a head dim of kSupportedHeadDims, or throws
 // naming it.
 template <std::size_t I = 0, class F>

@@ -121,17 +121,7 @@ inline void decode(const DecodeArgs& args, const DevicePool& pool, const DeviceP
           prepare_kernel(kernel, smem_bytes);
           dim3 grid(static_cast<unsigned>(sv.num_work), static_cast<unsigned>(ap.num_kv_heads));
           if (args.pdl) {
-            cudaLaunchConfig_t cfg{};
-            cfg.gridDim = grid;
-            cfg.blockDim = dim3(detail::kDecodeThreads);
-            cfg.dynamicSmemBytes = static_cast<std::size_t>(smem_bytes);
-            cfg.stream = stream;
-            cudaLaunchAttribute attr{};
-            attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-            attr.val.programmaticStreamSerializationAllowed = 1;
-            cfg.attrs = &attr;
-            cfg.numAttrs = 1;
-            LAZYATTN_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, p));
+            launch_overlapping(kernel, grid, dim3(detail::kDecodeThreads), smem_bytes, stream, p);
           } else {
             kernel<<<grid, detail::kDecodeThreads, smem_bytes, stream>>>(p);
           }

@@ -232,9 +232,15 @@ inline void prefill(const PrefillArgs& args, const DevicePool& pool, const Devic
         };
         bool launched = false;
         if constexpr (detail::wgmma_prefill_head_dim(D)) {
-          if (wgmma && prefill_rotated_k_elems(args, plan) > 0) {
+          // The attention kernel overlaps the raw-key pass's end (programmatic dependent
+          // launch: its prologue runs while the pass drains; its loader waits for the pass).
+          const bool after_pass = wgmma && prefill_rotated_k_elems(args, plan) > 0;
+          if (after_pass) {
             // The raw-form K tiles rotated once for every query tile (prefill/raw_keys.cuh).
             p.rotated_k = scratch.rotated_k;
+            // (Its shared-memory tables, 10 KiB at head dim 128, are what bounds its CTAs per SM
+            // under a smaller carveout; prepare_kernel asks for the largest.)
+            prepare_kernel(detail::rotate_raw_tiles_kernel<T, D>, 0);
             dim3 grid(static_cast<unsigned>(sv.num_tiles), static_cast<unsigned>(ap.num_kv_heads));
             detail::rotate_raw_tiles_kernel<T, D><<<grid, detail::kRawPassThreads, 0, stream>>>(p);
             LAZYATTN_CUDA_CHECK_LAUNCH();
@@ -245,8 +251,12 @@ inline void prefill(const PrefillArgs& args, const DevicePool& pool, const Devic
               prepare_kernel(kernel, smem);
               dim3 grid(static_cast<unsigned>(sv.num_qtiles * ap.num_kv_heads), 1,
                         static_cast<unsigned>(splits));
-              kernel<<<grid, detail::kWgmmaWsThreads, smem, stream>>>(p);
-              LAZYATTN_CUDA_CHECK_LAUNCH();
+              if (after_pass) {
+                launch_overlapping(kernel, grid, dim3(detail::kWgmmaWsThreads), smem, stream, p);
+              } else {
+                kernel<<<grid, detail::kWgmmaWsThreads, smem, stream>>>(p);
+                LAZYATTN_CUDA_CHECK_LAUNCH();
+              }
             };
             // Builds: raw tiles or not, rotate-half over all dims or any layout (one-segment
             // requests in any layout take the general form), and RoPE off.

@@ -142,6 +142,10 @@ __global__ void __launch_bounds__(kWgmmaWsThreads, 1)
     const int at_row_in = blocked_swizzle<D, kTileKeys>(row_in, chunk);
     const int slot_mask = (1 << p.page_size_log2) - 1;
     prefetch_tile_records(p.sched.tiles, tile_begin, tile_end, ltid, 128);
+    // Raw tiles: the launch may overlap the raw-key pass before it (programmatic dependent
+    // launch), so the scratch it writes is read after that grid has completed. Everything else
+    // this kernel reads was written before the pass began.
+    if constexpr (kRawTiles) ptx::grid_dependency_wait();
     // The hand-over: this warpgroup also passes the computing warps' prologue barriers (the
     // tables' inputs stored; the raw query landed), CTA barriers, then the one that lets it
     // write stages 2 and 3. With the first two over the computing warps alone (named
