@@ -1,7 +1,9 @@
-// Element types of the KV store: float, IEEE fp16 and bf16 as 16-bit host-safe storage types.
+// Element types of the KV store: float, IEEE fp16 and bf16 as 16-bit host-safe storage types; and
+// fp8 E4M3 (`float8_e4m3`), whose conversions exist ahead of fp8 pages (not a store dtype yet).
 //
-// `float16` and `bfloat16` are bit-compatible with CUDA's `__half` and `__nv_bfloat16`, so a page
-// written on the host can be copied to the device unchanged. Conversions round to nearest even.
+// `float16`, `bfloat16` and `float8_e4m3` are bit-compatible with CUDA's `__half`,
+// `__nv_bfloat16` and `__nv_fp8_e4m3`, so a page written on the host can be copied to the device
+// unchanged. Conversions round to nearest even.
 #pragma once
 
 #include <bit>
@@ -31,6 +33,12 @@ struct float16 {
 };
 struct bfloat16 {
   std::uint16_t bits = 0;
+};
+// fp8 E4M3 as OCP's "E4M3FN" and CUDA's __nv_fp8_e4m3: 1 sign, 4 exponent (bias 7) and 3
+// mantissa bits; no infinities, S.1111.111 is NaN, the largest finite magnitude 448, the smallest
+// subnormal 2^-9.
+struct float8_e4m3 {
+  std::uint8_t bits = 0;
 };
 
 namespace detail {
@@ -82,11 +90,51 @@ constexpr float fp16_bits_to_float(std::uint16_t h) {
   return std::bit_cast<float>(sign | ((exp + 112u) << 23) | (mant << 13));
 }
 
+constexpr float fp8_e4m3_bits_to_float(std::uint8_t b) {
+  const std::uint32_t sign = static_cast<std::uint32_t>(b & 0x80u) << 24;
+  const std::uint32_t exp = (b >> 3) & 0xfu;
+  const std::uint32_t mant = b & 0x7u;
+  if (exp == 0xfu && mant == 0x7u) return std::bit_cast<float>(sign | 0x7fc00000u);  // NaN
+  if (exp == 0) {
+    const float v = static_cast<float>(mant) * 0x1p-9f;
+    return sign ? -v : v;
+  }
+  return std::bit_cast<float>(sign | ((exp + 120u) << 23) | (mant << 20));
+}
+
+// Round to nearest even, saturating to +-448 as CUDA's cvt.rn.satfinite.e4m3x2.f32 does (a
+// format without infinities: an overflow, infinities included, gives the largest finite value of
+// its sign, not NaN); NaN stays NaN.
+constexpr std::uint8_t float_to_fp8_e4m3_bits(float f) {
+  const std::uint32_t u = std::bit_cast<std::uint32_t>(f);
+  const auto sign = static_cast<std::uint8_t>((u >> 24) & 0x80u);
+  const std::uint32_t abs = u & 0x7fffffffu;
+  if (abs > 0x7f800000u) return static_cast<std::uint8_t>(sign | 0x7fu);  // NaN
+  if (abs >= 0x43e00000u) return static_cast<std::uint8_t>(sign | 0x7eu);  // >= 448: saturate
+  if (abs >= 0x3c800000u) {  // normal (>= 2^-6): rebias exponent 127 -> 7, round 20 dropped bits
+    std::uint32_t m = abs - 0x3c000000u;
+    m += 0x7ffffu + ((m >> 20) & 1u);  // below 448 this never rounds past 0x7e (448)
+    return static_cast<std::uint8_t>(sign | (m >> 20));
+  }
+  if (abs <= 0x3a800000u) return sign;  // up to half the smallest subnormal (a tie goes to 0)
+  // Subnormal: mant * 2^-9, mant = the float's full mantissa shifted, rounded to nearest even
+  // (8 rounds up into the smallest normal, 0x08).
+  const std::uint32_t exp = abs >> 23;  // 117..120
+  const std::uint32_t full = (abs & 0x7fffffu) | 0x800000u;
+  const std::uint32_t shift = 141u - exp;  // 21..24
+  std::uint32_t q = full >> shift;
+  const std::uint32_t rem = full & ((1u << shift) - 1u);
+  const std::uint32_t mid = 1u << (shift - 1u);
+  if (rem > mid || (rem == mid && (q & 1u))) ++q;
+  return static_cast<std::uint8_t>(sign | q);
+}
+
 }  // namespace detail
 
 constexpr float to_float(float x) { return x; }
 constexpr float to_float(float16 x) { return detail::fp16_bits_to_float(x.bits); }
 constexpr float to_float(bfloat16 x) { return detail::bf16_bits_to_float(x.bits); }
+constexpr float to_float(float8_e4m3 x) { return detail::fp8_e4m3_bits_to_float(x.bits); }
 
 template <class T>
 constexpr T from_float(float x) {
@@ -94,8 +142,11 @@ constexpr T from_float(float x) {
     return x;
   } else if constexpr (std::is_same_v<T, float16>) {
     return float16{detail::float_to_fp16_bits(x)};
+  } else if constexpr (std::is_same_v<T, float8_e4m3>) {
+    return float8_e4m3{detail::float_to_fp8_e4m3_bits(x)};
   } else {
-    static_assert(std::is_same_v<T, bfloat16>, "from_float: T must be float, float16 or bfloat16");
+    static_assert(std::is_same_v<T, bfloat16>,
+                  "from_float: T must be float, float16, bfloat16 or float8_e4m3");
     return bfloat16{detail::float_to_bf16_bits(x)};
   }
 }
