@@ -238,8 +238,9 @@ inline void prefill(const PrefillArgs& args, const DevicePool& pool, const Devic
           if (after_pass) {
             // The raw-form K tiles rotated once for every query tile (prefill/raw_keys.cuh).
             p.rotated_k = scratch.rotated_k;
-            // (Its shared-memory tables, 10 KiB at head dim 128, are what bounds its CTAs per SM
-            // under a smaller carveout; prepare_kernel asks for the largest.)
+            // Its angle tables take 10 KiB of shared memory per CTA at head dim 128; the largest
+            // carveout (prepare_kernel) leaves room for the 10 CTAs per SM its 45 registers allow,
+            // so that the RAG tail's 1088 CTAs run in one wave.
             prepare_kernel(detail::rotate_raw_tiles_kernel<T, D>, 0);
             dim3 grid(static_cast<unsigned>(sv.num_tiles), static_cast<unsigned>(ap.num_kv_heads));
             detail::rotate_raw_tiles_kernel<T, D><<<grid, detail::kRawPassThreads, 0, stream>>>(p);
