@@ -241,6 +241,34 @@ TEST_CASE("the wgmma prefill kernel on raw keys under dynamic RoPE and in one-se
   }
 }
 
+// Requests of many short segments, in the build that keeps a table of the segments' query
+// rotations (raw tiles and other rotary layouts): it computes every segment's R(-s) in its
+// prologue when the CTA's tiles span at most 64 segments (63 documents and the tail), and per
+// segment between two runs when they span more (64 and 70 documents and the tail); raw documents
+// or a raw tail, interleaved pairs at head dim 64 and half the dims rotary at 128.
+TEST_CASE("the wgmma prefill kernel on requests of more segments than its table holds",
+          "[cuda][prefill][hopper]") {
+  int i = 0;
+  for (int docs : {63, 64, 70}) {
+    for (int head_dim : {128, 64}) {
+      ScenarioSpec spec = wgmma_rag_spec(i % 2 ? 129 : 40, 16 << (i % 3), head_dim);
+      spec.doc_lengths = {1, 16, 17, 40, 65};
+      spec.docs_per_request = docs;
+      spec.doc_form = i % 2 ? StorageForm::kRaw : StorageForm::kLocal;
+      spec.tail_form = i % 2 ? StorageForm::kLocal : StorageForm::kRaw;
+      spec.pair_layout = head_dim == 64 ? PairLayout::kInterleaved : PairLayout::kHalf;
+      spec.partial_rotary = head_dim == 64 ? 1.0 : 0.5;
+      spec.empty_segment = i == 4;
+      spec.seed = 790 + static_cast<std::uint64_t>(i++);
+      test::ref::Scenario sc = test::ref::make_scenario(spec);
+      for (const RequestLayout& r : sc.layouts)
+        REQUIRE(r.segments.size() >= static_cast<std::size_t>(docs) + 1);
+      INFO(spec << "\n" << sc.layout_text);
+      check_prefill(sc);
+    }
+  }
+}
+
 TEST_CASE("prefill matches the float64 reference within 2x the eager error", "[cuda][prefill]") {
   const int kCases = std::max(1, test::options().cuda_cases / 2);
   for (int c = 0; c < kCases; ++c) {

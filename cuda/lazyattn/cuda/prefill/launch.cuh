@@ -238,11 +238,11 @@ inline void prefill(const PrefillArgs& args, const DevicePool& pool, const Devic
           if (after_pass) {
             // The raw-form K tiles rotated once for every query tile (prefill/raw_keys.cuh).
             p.rotated_k = scratch.rotated_k;
-            // Its angle tables take 10 KiB of shared memory per CTA at head dim 128; the largest
-            // carveout (prepare_kernel) leaves room for the 10 CTAs per SM its 45 registers allow,
-            // so that the RAG tail's 1088 CTAs run in one wave.
+            // No shared memory; the largest carveout (prepare_kernel) as the attention kernel
+            // overlapping it asks for, so an SM need not change its split between the two.
             prepare_kernel(detail::rotate_raw_tiles_kernel<T, D>, 0);
-            dim3 grid(static_cast<unsigned>(sv.num_tiles), static_cast<unsigned>(ap.num_kv_heads));
+            dim3 grid(static_cast<unsigned>(sv.num_tiles),
+                      static_cast<unsigned>(detail::kTileKeys / detail::kRawPassRows<D>));
             detail::rotate_raw_tiles_kernel<T, D><<<grid, detail::kRawPassThreads, 0, stream>>>(p);
             LAZYATTN_CUDA_CHECK_LAUNCH();
           }

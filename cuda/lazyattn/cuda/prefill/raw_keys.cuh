@@ -43,97 +43,110 @@ __device__ __forceinline__ std::int64_t rotated_k_tile(const PrefillParams& p, i
   return (static_cast<std::int64_t>(tile) * num_kv_heads + kv_head) * kTileKeys * head_dim;
 }
 
-// One CTA per (tile, KV head); tiles of other forms return at once. Each thread takes whole
-// 16-byte chunks of a row straight from its page: in the rotate-half layout a chunk of 8 first
-// members and the chunk of their partners (8 pairs), interleaved a chunk of 4 pairs, past the
-// rotary dims a chunk to copy; rotates them in fp32 and stores them rounded once. A key's angle
-// is the exact one of key0 + 16 a (a = row / 16) combined with the offset table's row % 16, as
-// the local form's pages were written; both tables are in shared memory (the CTA computes the
-// first and copies the second there), read 16 bytes (two pairs) at a time. Rows past the tile's
-// keys are not written (the kernel does not read them).
-// Measured at the RAG tail (1088 CTAs, Nsight Compute): with the offset table read from global
-// memory at each use, 8-byte loads scattered over its rows, the pass was L1-bound (89% of its
-// throughput, DRAM 14%) and took 28 us; with every item's loads issued before any rotation (72
-// registers: two waves of CTAs instead of one), 34 us. (Element by element through a
-// shared-memory copy of the tile, the RAG tail's raw form ran 221 us against 201 so.)
+// Rows of a tile one CTA of the pass takes (16 at head dim 128, 32 at 64: 128 or 256 work items
+// of 16 bytes per KV head), so a tile's rows spread over 64 / kRawPassRows CTAs.
+template <int D>
+inline constexpr int kRawPassRows = 16 * 128 / D;
+
+// Grid (tile, row group); tiles of other forms return at once. A thread takes one 16-byte work
+// item of a row (rotate-half: a chunk of 8 first members and the chunk of their partners, 8
+// pairs; interleaved: a chunk of 4 pairs; past the rotary dims a chunk to copy) in every KV head:
+// the item's angles are the same in every head, so it computes them once, then loads the item of
+// kHeads heads at a time (independent 16-byte loads, all in flight together), rotates them in
+// fp32 and stores them rounded once. A key's angle is the exact one of key0 + 16 (row / 16)
+// combined with the offset table's row row % 16, as the local form's pages are written. Rows past
+// the tile's keys are not written (the kernel does not read them).
+// Measured at the RAG tail (1088 CTAs of one tile and KV head each, Nsight Compute): with the
+// angle tables in shared memory, built per CTA (so once per KV head), 23.5 us, L1-bound (83%);
+// with the offset table read from global memory at each use, 28 us (L1 89%, DRAM 14%).
 template <class T, int D>
 __global__ void __launch_bounds__(kRawPassThreads)
     rotate_raw_tiles_kernel(const __grid_constant__ PrefillParams p) {
   // The attention kernel after this pass may start launching (its loading warpgroup waits for
   // this grid before it reads the scratch; prefill/launch.cuh).
   ptx::launch_dependents();
-  const int tile = blockIdx.x, kv_head = blockIdx.y, tid = threadIdx.x;
-  const TileInfo ti = p.sched.tiles[tile];
-  if (ti.form != static_cast<std::int32_t>(StorageForm::kRaw) || ti.rows == 0) return;
-  // [row / 16][pair] and [row % 16][pair]; float4 (two pairs) entries, so 16-byte aligned.
-  __shared__ float4 coarse_v[kTileKeys / 16][D / 4];
-  __shared__ float4 fine_v[16][D / 4];
+  constexpr int kRows = kRawPassRows<D>;
   constexpr int kChunks = D / 8;
+  constexpr int kHeads = 4;  // heads whose loads are in flight together
+  const int tile = blockIdx.x, tid = threadIdx.x;
+  const TileInfo ti = p.sched.tiles[tile];
+  const int row0 = kRows * static_cast<int>(blockIdx.y);
+  if (ti.form != static_cast<std::int32_t>(StorageForm::kRaw) || ti.rows <= row0) return;
   const int rot_half = p.rope.rotary_dim / 2;
   const bool interleaved = p.rope.interleaved != 0;
   const int rope_set = p.rope.per_request ? request_of_tile(p, tile) : 0;
   const std::uint64_t* turns = p.rope.turns + static_cast<std::int64_t>(rope_set) * rot_half;
   const float2* offsets =
       p.rope.offset_cs + static_cast<std::int64_t>(rope_set) * p.rope.offset_rows * rot_half;
-  {
-    float2* coarse = reinterpret_cast<float2*>(coarse_v);
-    float2* fine = reinterpret_cast<float2*>(fine_v);
-    for (int i = tid; i < 16 * rot_half; i += kRawPassThreads)
-      fine[(i / rot_half) * (D / 2) + i % rot_half] = offsets[i];
-    for (int i = tid; i < (kTileKeys / 16) * rot_half; i += kRawPassThreads)
-      coarse[(i / rot_half) * (D / 2) + i % rot_half] =
-          rope_cos_sin(ti.key0 + 16 * (i / rot_half), turns[i % rot_half]);
-  }
-  __syncthreads();
-
-  const T* k_head = static_cast<const T*>(p.k_pool) + kv_head * p.head_stride;
-  T* out = static_cast<T*>(p.rotated_k) + rotated_k_tile(p, tile, kv_head, D);
+  const int num_kv_heads = p.num_qo_heads / p.group_size;
   const int mask = (1 << p.page_size_log2) - 1;
   // Work items per row: the rotate-half layout's first-half chunks (each with its partners),
   // then the chunks past the rotary dims; interleaved, every chunk.
   const int half_chunks = interleaved ? 0 : rot_half / 8;
   const int items = interleaved ? kChunks : kChunks - half_chunks;
-  for (int i = tid; i < ti.rows * items; i += kRawPassThreads) {
-    const int r = i / items, u = i % items, key = ti.key0 + r;
+  const int rows = min(kRows, ti.rows - row0);
+  for (int i = tid; i < rows * items; i += kRawPassThreads) {
+    const int r = row0 + i / items, u = i % items, key = ti.key0 + r;
     const int page = p.plan.page_ids[ti.page_base + (key >> p.page_size_log2)];
-    const T* src = k_head + static_cast<std::int64_t>(page) * p.page_stride +
-                   static_cast<std::int64_t>(key & mask) * D;
-    T* dst = out + static_cast<std::int64_t>(r) * D;
-    const float4* cq = coarse_v[r / 16];
-    const float4* cf = fine_v[r % 16];
-    if (!interleaved && u < half_chunks) {  // dims 8u.. and their partners rot_half + 8u..
-      uint4 xa = __ldg(reinterpret_cast<const uint4*>(src + 8 * u));
-      uint4 ya = __ldg(reinterpret_cast<const uint4*>(src + rot_half + 8 * u));
-      std::uint32_t* xw = reinterpret_cast<std::uint32_t*>(&xa);
-      std::uint32_t* yw = reinterpret_cast<std::uint32_t*>(&ya);
+    const std::int64_t src_row = static_cast<std::int64_t>(page) * p.page_stride +
+                                 static_cast<std::int64_t>(key & mask) * D;
+    // Element offset of row r in head 0's scratch tile; head h's is h x kTileKeys x D on.
+    const std::int64_t dst_row = rotated_k_tile(p, tile, 0, D) + static_cast<std::int64_t>(r) * D;
+    const std::int64_t dst_head = static_cast<std::int64_t>(kTileKeys) * D;
+    // The item's dims: rotate-half, x at 8u.. and y (the partners) at rot_half + 8u..; else
+    // the chunk c (interleaved pairs 4c.., or past the rotary dims: copied).
+    const bool pairs_half = !interleaved && u < half_chunks;
+    const int c = interleaved || pairs_half ? u : u + half_chunks;
+    const int x_at = 8 * c, y_at = pairs_half ? rot_half + 8 * u : 8 * c;
+    const bool rotary = pairs_half || 8 * c < 2 * rot_half;
+    // The item's cos/sin: 8 pairs (rotate-half: j = 8u + w) or 4 (interleaved: j = 4c + w).
+    float2 cs[8];
+    if (rotary) {
+      const int j0 = pairs_half ? 8 * u : 4 * c;
+      const int npairs = pairs_half ? 8 : 4;
+      const std::int64_t coarse_pos = ti.key0 + 16 * (r / 16);
+      const float2* fine = offsets + (r % 16) * rot_half + j0;
 #pragma unroll
-      for (int w = 0; w < 4; ++w) {  // pairs j = 8u + 2w, j + 1
-        const float4 c = cq[4 * u + w], f = cf[4 * u + w];
-        float2 x = ptx::unpack2<T>(xw[w]), y = ptx::unpack2<T>(yw[w]);
-        rotate_pair(x.x, y.x, combine_angles(make_float2(c.x, c.y), make_float2(f.x, f.y)));
-        rotate_pair(x.y, y.y, combine_angles(make_float2(c.z, c.w), make_float2(f.z, f.w)));
-        xw[w] = ptx::pack2<T>(x.x, x.y);
-        yw[w] = ptx::pack2<T>(y.x, y.y);
+      for (int w = 0; w < 8; ++w)
+        if (w < npairs) cs[w] = combine_angles(rope_cos_sin(coarse_pos, turns[j0 + w]), fine[w]);
+    }
+    const T* k0 = static_cast<const T*>(p.k_pool) + src_row;
+    T* out0 = static_cast<T*>(p.rotated_k) + dst_row;
+    for (int h0 = 0; h0 < num_kv_heads; h0 += kHeads) {
+      uint4 xa[kHeads], ya[kHeads];
+#pragma unroll
+      for (int h = 0; h < kHeads; ++h) {
+        if (h0 + h >= num_kv_heads) break;
+        const T* src = k0 + static_cast<std::int64_t>(h0 + h) * p.head_stride;
+        xa[h] = __ldg(reinterpret_cast<const uint4*>(src + x_at));
+        if (pairs_half) ya[h] = __ldg(reinterpret_cast<const uint4*>(src + y_at));
       }
-      *reinterpret_cast<uint4*>(dst + 8 * u) = xa;
-      *reinterpret_cast<uint4*>(dst + rot_half + 8 * u) = ya;
-    } else {
-      // A chunk of 4 interleaved pairs, or one past the rotary dims (copied).
-      const int c = interleaved ? u : u + half_chunks;  // rotate-half: u >= half_chunks here
-      uint4 xa = __ldg(reinterpret_cast<const uint4*>(src + 8 * c));
-      if (8 * c < 2 * rot_half) {
-        std::uint32_t* xw = reinterpret_cast<std::uint32_t*>(&xa);
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {  // pairs j = 4c + 2h, j + 1
-          const float4 a = cq[2 * c + h], f = cf[2 * c + h];
-          float2 x0 = ptx::unpack2<T>(xw[2 * h]), x1 = ptx::unpack2<T>(xw[2 * h + 1]);
-          rotate_pair(x0.x, x0.y, combine_angles(make_float2(a.x, a.y), make_float2(f.x, f.y)));
-          rotate_pair(x1.x, x1.y, combine_angles(make_float2(a.z, a.w), make_float2(f.z, f.w)));
-          xw[2 * h] = ptx::pack2<T>(x0.x, x0.y);
-          xw[2 * h + 1] = ptx::pack2<T>(x1.x, x1.y);
+      for (int h = 0; h < kHeads; ++h) {
+        if (h0 + h >= num_kv_heads) break;
+        std::uint32_t* xw = reinterpret_cast<std::uint32_t*>(&xa[h]);
+        std::uint32_t* yw = reinterpret_cast<std::uint32_t*>(&ya[h]);
+        if (pairs_half) {
+#pragma unroll
+          for (int w = 0; w < 4; ++w) {  // pairs 8u + 2w, + 1: dims (8u + 2w, rot_half + ...)
+            float2 x = ptx::unpack2<T>(xw[w]), y = ptx::unpack2<T>(yw[w]);
+            rotate_pair(x.x, y.x, cs[2 * w]);
+            rotate_pair(x.y, y.y, cs[2 * w + 1]);
+            xw[w] = ptx::pack2<T>(x.x, x.y);
+            yw[w] = ptx::pack2<T>(y.x, y.y);
+          }
+        } else if (rotary) {
+#pragma unroll
+          for (int w = 0; w < 4; ++w) {  // pair 4c + w: dims 8c + 2w, + 1
+            float2 x = ptx::unpack2<T>(xw[w]);
+            rotate_pair(x.x, x.y, cs[w]);
+            xw[w] = ptx::pack2<T>(x.x, x.y);
+          }
         }
+        T* dst = out0 + (h0 + h) * dst_head;
+        *reinterpret_cast<uint4*>(dst + x_at) = xa[h];
+        if (pairs_half) *reinterpret_cast<uint4*>(dst + y_at) = ya[h];
       }
-      *reinterpret_cast<uint4*>(dst + 8 * c) = xa;
     }
   }
 }
