@@ -313,7 +313,8 @@ int run(const Options& o) {
       if (gpu && o.gpu_memory_budget) pages = gpu->max_pages();
 #endif
       const std::int64_t capacity = cache_docs_for_pages(wc, o.page_size, pages);
-      const Analytic a = analytic(wc, capacity);
+      Analytic a = analytic(wc, capacity);
+      a.top_c_same_draws = top_c_hit_ratio(w, capacity, o.warmup);
       for (Mode mode : o.modes) {
         ++point;
         std::unique_ptr<CpuBackend> cpu;

@@ -59,7 +59,26 @@ struct Analytic {
   double position_aware = 0;       // H(floor(C / D), s) / H(N, s)
   double lru_position_free = 0;    // Che's approximation for LRU over C + D document slots
   double lru_position_aware = 0;   // the same, items (document, position) of probability p_d / D
+  double top_c_same_draws = 0;     // top_c_hit_ratio on the run's own requests (main.cpp sets it)
 };
+
+// The hit ratio of the ideal static cache, the one always holding the C most popular documents
+// (ids 0..C-1: a document's id is its popularity rank), on a workload's own draws: the share of
+// the document lookups of requests id >= warmup that ask for one of them. Under independent
+// draws (with_replacement) it tends to H(C, s) / H(N, s); without replacement (a request's
+// documents distinct, the default) a request asks for each popular document at most once, so
+// the lookups lean to less popular ones and this is lower than the formula. It counts every
+// lookup as a hit or a miss as a position-free cache would (lazy, block-attention), not the
+// position-aware or prefix modes' cache.
+inline double top_c_hit_ratio(const Workload& w, std::int64_t capacity, int warmup) {
+  std::int64_t lookups = 0, hits = 0;
+  for (const RagRequest& q : w.requests) {
+    if (q.id < warmup) continue;
+    lookups += static_cast<std::int64_t>(q.docs.size());
+    for (int d : q.docs) hits += d < capacity;
+  }
+  return lookups ? static_cast<double>(hits) / static_cast<double>(lookups) : 0;
+}
 
 inline Analytic analytic(const WorkloadConfig& w, std::int64_t capacity_docs) {
   Analytic a;
@@ -208,6 +227,7 @@ inline void write_summary(JsonWriter& j, const Summary& s, const RunResult& r, c
       .field("analytic_hit_ratio_position_aware", a.position_aware)
       .field("che_lru_hit_ratio_position_free", a.lru_position_free)
       .field("che_lru_hit_ratio_position_aware", a.lru_position_aware)
+      .field("top_c_hit_ratio_same_draws", a.top_c_same_draws)
       .field("capacity_docs", a.capacity_docs)
       .field("prefill_fraction", s.prefill_fraction)
       .field("documents_encoded", r.documents_encoded)

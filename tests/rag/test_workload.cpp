@@ -64,6 +64,19 @@ std::vector<std::int64_t> draw(int n_ranks, double s, int samples, std::uint64_t
   return counts;
 }
 
+// 4000 requests of 5 documents among num_documents, Zipf 2.1, 4 per second.
+WorkloadConfig zipf_workload(int num_documents, int doc_length, int question_length) {
+  WorkloadConfig c;
+  c.num_documents = num_documents;
+  c.docs_per_request = 5;
+  c.doc_length = doc_length;
+  c.question_length = question_length;
+  c.rate = 4;
+  c.num_requests = 4000;
+  c.zipf = 2.1;
+  return c;
+}
+
 }  // namespace
 
 TEST_CASE("rag: the Zipf sampler draws the Zipf law, and the test rejects a wrong exponent",
@@ -97,14 +110,7 @@ TEST_CASE("rag: the sampler's probabilities are H-normalized", "[rag]") {
 }
 
 TEST_CASE("rag: workloads: Poisson arrivals, documents per request, determinism", "[rag]") {
-  WorkloadConfig c;
-  c.num_documents = 10;
-  c.docs_per_request = 5;
-  c.doc_length = 7;
-  c.question_length = 3;
-  c.rate = 4;
-  c.num_requests = 4000;
-  c.zipf = 2.1;
+  WorkloadConfig c = zipf_workload(10, 7, 3);
   const Workload w = make_workload(c);
   REQUIRE(w.requests.size() == 4000);
   REQUIRE(w.documents.size() == 10);
@@ -135,4 +141,35 @@ TEST_CASE("rag: workloads: Poisson arrivals, documents per request, determinism"
   CHECK(again.requests[17].question == wr.requests[17].question);
   c.seed = 2;
   CHECK(make_workload(c).documents[0] != wr.documents[0]);
+}
+
+TEST_CASE("rag: the ideal static cache's hit ratio on a workload's own draws", "[rag]") {
+  // By hand: the cache holds documents 0 and 1; request 0 is warm-up; 3 of the other 6 lookups
+  // ask for 0 or 1.
+  Workload w;
+  for (const std::vector<int>& docs : {std::vector<int>{0, 1, 2}, {3, 4, 0}, {5, 0, 1}}) {
+    RagRequest q;
+    q.id = static_cast<int>(w.requests.size());
+    q.docs = docs;
+    w.requests.push_back(q);
+  }
+  CHECK(top_c_hit_ratio(w, 2, 1) == Approx(0.5));
+  CHECK(top_c_hit_ratio(w, 2, 0) == Approx(5.0 / 9.0));
+  CHECK(top_c_hit_ratio(w, 0, 0) == 0.0);
+  CHECK(top_c_hit_ratio(w, 6, 0) == 1.0);
+  // Independent draws: the formula H(C, s) / H(N, s) within four binomial standard errors.
+  // Without replacement a request asks for each popular document once at most, so the same
+  // cache hits far less often than the formula says.
+  WorkloadConfig c = zipf_workload(100, 1, 1);
+  const std::int64_t C = 10;
+  const double formula = analytic_hit_ratio(C, c.num_documents, c.zipf);
+  c.with_replacement = true;
+  const double independent = top_c_hit_ratio(make_workload(c), C, 100);
+  const double sigma = std::sqrt(formula * (1 - formula) / (3900.0 * 5));
+  INFO("formula " << formula << ", independent draws " << independent << ", sigma " << sigma);
+  CHECK(std::fabs(independent - formula) <= 4 * sigma);
+  c.with_replacement = false;
+  const double distinct = top_c_hit_ratio(make_workload(c), C, 100);
+  INFO("without replacement " << distinct);
+  CHECK(distinct < formula - 0.05);
 }
