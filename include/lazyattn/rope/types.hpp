@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <string_view>
 
+#include "lazyattn/config.hpp"
 #include "lazyattn/error.hpp"
 
 namespace lazyattn {
@@ -30,7 +31,9 @@ enum class StorageForm : std::uint8_t { kRaw, kLocal, kAbsolute };
 // The position a stored key's rotation is measured from in a segment starting at
 // `segment_start`: local-form key i holds R(i) k = R(n - s) k, an absolute-form key R(n) k.
 // (Raw keys hold no rotation; their kernels use the logical position itself.)
-constexpr std::int64_t rotation_start(StorageForm form, std::int64_t segment_start) {
+// Also device code's (the Hopper prefill's table of the segments' query rotations).
+constexpr LAZYATTN_HOST_DEVICE std::int64_t rotation_start(StorageForm form,
+                                                     std::int64_t segment_start) {
   return form == StorageForm::kAbsolute ? 0 : segment_start;
 }
 

@@ -85,14 +85,14 @@ __global__ void __launch_bounds__(kRawPassThreads)
   const int half_chunks = interleaved ? 0 : rot_half / 8;
   const int items = interleaved ? kChunks : kChunks - half_chunks;
   const int rows = min(kRows, ti.rows - row0);
+  // Head 0's scratch tile; head h's is h x kTileKeys x D elements on.
+  T* const out_tile = static_cast<T*>(p.rotated_k) + rotated_k_tile(p, tile, 0, D);
+  constexpr std::int64_t kOutHead = static_cast<std::int64_t>(kTileKeys) * D;
   for (int i = tid; i < rows * items; i += kRawPassThreads) {
     const int r = row0 + i / items, u = i % items, key = ti.key0 + r;
     const int page = p.plan.page_ids[ti.page_base + (key >> p.page_size_log2)];
     const std::int64_t src_row = static_cast<std::int64_t>(page) * p.page_stride +
                                  static_cast<std::int64_t>(key & mask) * D;
-    // Element offset of row r in head 0's scratch tile; head h's is h x kTileKeys x D on.
-    const std::int64_t dst_row = rotated_k_tile(p, tile, 0, D) + static_cast<std::int64_t>(r) * D;
-    const std::int64_t dst_head = static_cast<std::int64_t>(kTileKeys) * D;
     // The item's dims: rotate-half, x at 8u.. and y (the partners) at rot_half + 8u..; else
     // the chunk c (interleaved pairs 4c.., or past the rotary dims: copied).
     const bool pairs_half = !interleaved && u < half_chunks;
@@ -111,7 +111,7 @@ __global__ void __launch_bounds__(kRawPassThreads)
         if (w < npairs) cs[w] = combine_angles(rope_cos_sin(coarse_pos, turns[j0 + w]), fine[w]);
     }
     const T* k0 = static_cast<const T*>(p.k_pool) + src_row;
-    T* out0 = static_cast<T*>(p.rotated_k) + dst_row;
+    T* out0 = out_tile + static_cast<std::int64_t>(r) * D;
     for (int h0 = 0; h0 < num_kv_heads; h0 += kHeads) {
       uint4 xa[kHeads], ya[kHeads];
 #pragma unroll
@@ -143,7 +143,7 @@ __global__ void __launch_bounds__(kRawPassThreads)
             xw[w] = ptx::pack2<T>(x.x, x.y);
           }
         }
-        T* dst = out0 + (h0 + h) * dst_head;
+        T* dst = out0 + (h0 + h) * kOutHead;
         *reinterpret_cast<uint4*>(dst + x_at) = xa[h];
         if (pairs_half) *reinterpret_cast<uint4*>(dst + y_at) = ya[h];
       }

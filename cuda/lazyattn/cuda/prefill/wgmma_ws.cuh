@@ -305,7 +305,7 @@ __global__ void __launch_bounds__(kWgmmaWsThreads, 1)
       if (i % kHalf < rot_half)
         cs_q[i] = rope_cos_sin(m_first + 16 * row_step * (i / kHalf), s_turns[i % kHalf]);
     // Read after the prologue's barrier (run's first). A segment's start as its tiles carry it
-    // (schedule.hpp's tile_start): 0 for an absolute-form tail, else the logical start.
+    // (schedule.hpp's tile_start).
     int nseg = 1;
     if constexpr (kSegTable) {
       seg0 = first.segment;
@@ -316,10 +316,8 @@ __global__ void __launch_bounds__(kWgmmaWsThreads, 1)
       for (int i = tid; i < nseg * kHalf; i += kThreads) {
         if (i % kHalf >= rot_half) continue;
         const int seg = seg0 + i / kHalf;
-        const std::int64_t start =
-            p.plan.segment_form[seg] == static_cast<std::uint8_t>(StorageForm::kAbsolute)
-                ? 0
-                : p.plan.segment_start[seg];
+        const std::int64_t start = rotation_start(
+            static_cast<StorageForm>(p.plan.segment_form[seg]), p.plan.segment_start[seg]);
         seg_table[i] = rope_cos_sin(-start, s_turns[i % kHalf]);
       }
     } else {
