@@ -15,6 +15,7 @@
 //                forces N
 //   *_d64        the same shapes at head dim 64 (Llama-3.2-1B's attention: 32 query heads, 8 KV
 //                heads); half the dims rotary is 32 of them there
+//   *_d256       the same shapes at head dim 256 (Gemma's head dim, with the same head counts)
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -43,7 +44,7 @@ struct Shape {
   int head_dim = 128;
 };
 
-// *Mma: the mma.sync kernel forced (kAuto takes the wgmma kernel at head dims 64 and 128).
+// *Mma: the mma.sync kernel forced (kAuto takes the wgmma kernel at head dims 64, 128 and 256).
 enum class Mode {
   kLocal, kRaw, kRopeOff, kLocalMma, kRawMma, kRopeOffMma,
   kLocalInterleaved, kRawInterleaved, kLocalPartial, kRawPartial
@@ -189,7 +190,10 @@ int main(int argc, char** argv) {
                             {"encode_16384", 0, 0, 16384},
                             {"rag_tail_d64", 16, 512, 512, 64},
                             {"encode_4096_d64", 0, 0, 4096, 64},
-                            {"encode_16384_d64", 0, 0, 16384, 64}};
+                            {"encode_16384_d64", 0, 0, 16384, 64},
+                            {"rag_tail_d256", 16, 512, 512, 256},
+                            {"encode_4096_d256", 0, 0, 4096, 256},
+                            {"encode_16384_d256", 0, 0, 16384, 256}};
   for (const Shape& sh : shapes) {
     const std::vector<Mode> modes{Mode::kLocal,           Mode::kRaw,
                                   Mode::kRopeOff,         Mode::kLocalMma,

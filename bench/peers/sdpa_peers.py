@@ -123,8 +123,9 @@ def main():
         out["rows"].append(copy_case(quick))
         for b, l in ((1, 32768), (16, 16384), (64, 4096), (128, 8192), (64, 10272), (1, 10272)):
             out["rows"].append(decode_case(b, l, quick))
-    # Head dim 128 (Llama-3-8B's attention), then 64 (Llama-3.2-1B's: the same head counts).
-    for d, suffix in ((D, ""), (64, "_d64")):
+    # Head dim 128 (Llama-3-8B's attention), then 64 (Llama-3.2-1B's: the same head counts) and
+    # 256 (Gemma's head dim, the same head counts).
+    for d, suffix in ((D, ""), (64, "_d64"), (256, "_d256")):
         out["rows"].append(prefill_case("rag_tail" + suffix, 512, 16 * 512 + 512, False, quick, d))
         out["rows"].append(prefill_case("encode_4096" + suffix, 4096, 4096, True, quick, d))
         out["rows"].append(prefill_case("encode_16384" + suffix, 16384, 16384, True, quick, d))

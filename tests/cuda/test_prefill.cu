@@ -55,8 +55,10 @@ ScenarioSpec random_prefill_spec(std::uint64_t seed) {
 }
 
 // Whether the wgmma kernel takes this scenario (cuda::wgmma_prefill_mismatch's conditions:
-// head dim 64 or 128, every storage form and rotary layout).
-bool wgmma_applies(const ScenarioSpec& s) { return s.head_dim == 64 || s.head_dim == 128; }
+// head dim 64, 128 or 256, every storage form and rotary layout).
+bool wgmma_applies(const ScenarioSpec& s) {
+  return s.head_dim == 64 || s.head_dim == 128 || s.head_dim == 256;
+}
 
 // Deferred prefill against the float64 reference, with the eager baseline's error as the bar.
 void check_prefill(const test::ref::Scenario& sc) {
@@ -142,9 +144,9 @@ void check_wgmma_spec(const ScenarioSpec& spec, bool one_segment = false) {
 
 // Small enough for compute-sanitizer (scripts/gpu-check runs memcheck and racecheck on it): the
 // warp-specialised kernel's loader / computing-warpgroup hand-overs, one and several query tiles,
-// at both head dims.
+// at every head dim (at 256 the query in shared memory, rebuilt per segment, and two stages).
 TEST_CASE("the wgmma prefill kernels on short RAG tails", "[cuda][prefill][hopper]") {
-  for (int head_dim : {128, 64}) {
+  for (int head_dim : {128, 64, 256}) {
     for (std::int64_t nq : {17, 130}) {
       check_wgmma_spec(wgmma_rag_spec(nq, 16, head_dim));
     }
@@ -152,11 +154,11 @@ TEST_CASE("the wgmma prefill kernels on short RAG tails", "[cuda][prefill][hoppe
 }
 
 TEST_CASE("the wgmma prefill kernel on RAG tails and long query runs", "[cuda][prefill][hopper]") {
-  // Page sizes 16, 32 and 64 in turn (a 64-key tile spans four, two or one page); head dim 64
-  // on every other run.
+  // Page sizes 16, 32 and 64 in turn (a 64-key tile spans four, two or one page); head dims 128,
+  // 64 and 256 in turn.
   int i = 0;
   for (std::int64_t nq : {1, 17, 128, 129, 512, 2049, 33, 300}) {
-    check_wgmma_spec(wgmma_rag_spec(nq, 16 << (i % 3), i % 2 ? 64 : 128));
+    check_wgmma_spec(wgmma_rag_spec(nq, 16 << (i % 3), std::array{128, 64, 256}[i % 3]));
     ++i;
   }
 }
@@ -167,8 +169,8 @@ TEST_CASE("the wgmma prefill kernel on RAG tails and long query runs", "[cuda][p
 // memcheck and racecheck (`oneseg`).
 TEST_CASE("the wgmma prefill kernels on requests of one segment", "[cuda][prefill][hopper]") {
   int i = 0;
-  for (std::int64_t nq : {1, 17, 129, 300, 64, 200}) {
-    ScenarioSpec spec = wgmma_rag_spec(nq, 16 << (i % 3), i < 4 ? 128 : 64);
+  for (std::int64_t nq : {1, 17, 129, 300, 64, 200, 130, 40}) {
+    ScenarioSpec spec = wgmma_rag_spec(nq, 16 << (i % 3), i < 4 ? 128 : i < 6 ? 64 : 256);
     spec.docs_per_request = 0;
     spec.num_requests = 3;
     spec.num_queries = {nq, 33, 70};
@@ -181,8 +183,8 @@ TEST_CASE("the wgmma prefill kernels on requests of one segment", "[cuda][prefil
 // mixed (local documents, raw tail and the reverse) and absolute, rotate-half and interleaved
 // pairs, every dim rotary, half or a quarter of them; GQA groups 1, 4 and 8, page sizes 16, 32
 // and 64 and positions near 2^24 and 2^40 in turn; one-token documents and empty segments; head
-// dims 128 and 64 (at 64 a quarter of the dims, 16, is no rotate-half layout the kernels take,
-// so the interleaved one alone).
+// dims 128, 64 and 256 (at 64 a quarter of the dims, 16, is no rotate-half layout the kernels
+// take, so the interleaved one alone).
 TEST_CASE("the wgmma prefill kernel in every storage form and rotary layout",
           "[cuda][prefill][hopper]") {
   struct Forms {
@@ -194,7 +196,7 @@ TEST_CASE("the wgmma prefill kernel in every storage form and rotary layout",
                                     {StorageForm::kLocal, StorageForm::kAbsolute}}};
   const std::array<std::pair<int, int>, 3> heads{{{8, 8}, {16, 4}, {32, 4}}};
   int i = 0;
-  for (int head_dim : {128, 64}) {
+  for (int head_dim : {128, 64, 256}) {
     for (const Forms& f : forms) {
       for (PairLayout pairs : {PairLayout::kHalf, PairLayout::kInterleaved}) {
         for (double partial : {1.0, 0.5, 0.25}) {
@@ -222,13 +224,13 @@ TEST_CASE("the wgmma prefill kernel in every storage form and rotary layout",
 TEST_CASE("the wgmma prefill kernel on raw keys under dynamic RoPE and in one-segment requests",
           "[cuda][prefill][hopper]") {
   for (PairLayout pairs : {PairLayout::kHalf, PairLayout::kInterleaved}) {
-    ScenarioSpec spec = wgmma_rag_spec(70, 32, pairs == PairLayout::kHalf ? 128 : 64);
+    ScenarioSpec spec = wgmma_rag_spec(70, 32, pairs == PairLayout::kHalf ? 128 : 256);
     spec.schedule = RopeType::kDynamic;
     spec.doc_form = spec.tail_form = StorageForm::kRaw;
     spec.pair_layout = pairs;
     spec.seed = 760 + (pairs == PairLayout::kHalf);
     check_wgmma_spec(spec);
-    ScenarioSpec one = wgmma_rag_spec(130, 16, pairs == PairLayout::kHalf ? 64 : 128);
+    ScenarioSpec one = wgmma_rag_spec(130, 16, pairs == PairLayout::kHalf ? 256 : 128);
     one.docs_per_request = 0;
     one.num_requests = 3;
     one.num_queries = {130, 33, 70};
@@ -501,13 +503,14 @@ TEST_CASE("prefill's kernel choice: kAuto takes wgmma_ws where it applies, kWgmm
   partial.partial_rotary_factor = 0.5;
   RopeConfig interleaved = full;
   interleaved.pair_layout = PairLayout::kInterleaved;
-  RopeConfig d64 = full, d64_interleaved = interleaved, d256 = full;
+  RopeConfig d64 = full, d64_interleaved = interleaved, d256 = full, d256_partial = partial;
   d64.head_dim = d64_interleaved.head_dim = 64;
-  d256.head_dim = 256;
+  d256.head_dim = d256_partial.head_dim = 256;
   using K = cuda::PrefillKernel;
-  // Head dims 64 and 128: the Hopper kernel in every form and rotary layout.
+  // Head dims 64, 128 and 256: the Hopper kernel in every form and rotary layout.
   for (StorageForm form : {StorageForm::kLocal, StorageForm::kRaw}) {
-    for (const RopeConfig* rc : {&full, &partial, &interleaved, &d64, &d64_interleaved}) {
+    for (const RopeConfig* rc :
+         {&full, &partial, &interleaved, &d64, &d64_interleaved, &d256, &d256_partial}) {
       INFO("head_dim " << rc->head_dim << ", form " << static_cast<int>(form));
       CHECK(choose(rc->head_dim, form, *rc, K::kAuto, true) == K::kWgmmaWs);
       CHECK(choose(rc->head_dim, form, *rc, K::kWgmmaWs, true) == K::kWgmmaWs);
@@ -522,11 +525,7 @@ TEST_CASE("prefill's kernel choice: kAuto takes wgmma_ws where it applies, kWgmm
                     Catch::Contains("no rotated-K scratch"));
   CHECK(choose(128, StorageForm::kRaw, full, K::kAuto, false, 0) == K::kWgmmaWs);
   CHECK(choose(128, StorageForm::kLocal, full, K::kAuto, true, 0) == K::kWgmmaWs);
-  // Head dim 256: the mma.sync kernel.
-  CHECK(choose(256, StorageForm::kLocal, d256, K::kAuto, true) == K::kMmaSync);
-  CHECK_THROWS_WITH(
-      choose(256, StorageForm::kLocal, d256, K::kWgmmaWs, true),
-      Catch::Contains("kernel = wgmma_ws, but head_dim is not 64 or 128 (head_dim 256"));
+  CHECK(choose(256, StorageForm::kRaw, d256, K::kAuto, true, 0) == K::kMmaSync);
   CHECK_THROWS_WITH(choose(128, StorageForm::kLocal, full, static_cast<K>(7), true),
                     Catch::Contains("kernel 7"));
   // 2, the retired two-warpgroup Hopper kernel, is no kernel now.

@@ -103,7 +103,7 @@ inline std::int64_t prefill_rotated_k_elems(const PrefillArgs& args, const Devic
 // 16-bit elements of rotated-K scratch at hand (a workspace grows to what it needs: -1).
 inline const char* wgmma_prefill_mismatch(const PrefillArgs& args, const DevicePlan& plan,
                                           const DeviceRope&, std::int64_t rotated_k_room = -1) {
-  if (!detail::wgmma_prefill_head_dim(args.params.head_dim)) return "head_dim is not 64 or 128";
+  if (!detail::wgmma_prefill_head_dim(args.params.head_dim)) return "head_dim is not 64, 128 or 256";
   if (rotated_k_room >= 0 && rotated_k_room < prefill_rotated_k_elems(args, plan))
     return "the plan has raw-form segments and no rotated-K scratch for them "
            "(PrefillScratch::rotated_k, or a PrefillWorkspace)";
@@ -260,8 +260,9 @@ inline void prefill(const PrefillArgs& args, const DevicePool& pool, const Devic
               }
             };
             // Builds: raw tiles or not, rotate-half over all dims or any layout (one-segment
-            // requests in any layout take the general form), and RoPE off.
-            const bool any = rope.view().rotary_dim != D || rope.view().interleaved != 0;
+            // requests in any layout take the general form), and RoPE off. At head dim 256 the
+            // query side reads the layout at run time in every build (wgmma_query_tile).
+            const bool any = D != 256 && (rope.view().rotary_dim != D || rope.view().interleaved != 0);
             using detail::prefill_wgmma_kernel;
             if (!args.rope) launch_wgmma(prefill_wgmma_kernel<T, D, false>);
             else if (plan.has_raw_segments() && any)

@@ -1,7 +1,9 @@
 // The Hopper prefill's query side: its shared-memory layout (WgmmaPrefillShape) and the
 // rotation of each thread's query elements into wgmma's A fragments, once per CTA (R(m) q into
 // fp32, or straight to R(m - s) q for a CTA within one segment), from exact per-position angle
-// tables combined with a table of offsets 0..15.
+// tables combined with a table of offsets 0..15. At head dim 256 the query is wgmma's A operand
+// in shared memory instead (its fragments would not fit the registers beside a 64 x 256
+// accumulator), rotated for each segment straight from the raw query (wgmma_query_tile).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -16,19 +18,24 @@
 namespace lazyattn::cuda::detail {
 
 // Threads of the two computing warpgroups (each owns 64 of the CTA's 128 query rows), the K/V
-// ring's stages, and the whole CTA with the loading warpgroup.
+// ring's stages (at head dims 64 and 128), and the whole CTA with the loading warpgroup.
 inline constexpr int kWgmmaPrefillThreads = 256;
 inline constexpr int kWgmmaStages = 4;
 inline constexpr int kWgmmaWsThreads = kWgmmaPrefillThreads + 128;
 
 // Head dims the Hopper prefill takes (the others run on the mma.sync kernel).
-constexpr bool wgmma_prefill_head_dim(int head_dim) { return head_dim == 64 || head_dim == 128; }
+constexpr bool wgmma_prefill_head_dim(int head_dim) {
+  return head_dim == 64 || head_dim == 128 || head_dim == 256;
+}
 
 // Byte offsets in the kernel's shared memory for head dim kD (sizes at 128; 64 halves each).
+// kQInSmem: the query is an A operand in shared memory (head dim 256, the specialisation below).
 template <int kD>
 struct WgmmaPrefillShape {
-  static_assert(wgmma_prefill_head_dim(kD), "the Hopper prefill's head dims");
+  static_assert(kD == 64 || kD == 128, "the Hopper prefill's head dims with the query in registers");
   static constexpr int D = kD;
+  static constexpr bool kQInSmem = false;
+  static constexpr int kRing = kWgmmaStages;                // K/V stages
   static constexpr int kTileBytes = kTileKeys * D * 2;      // 16 KiB
   static constexpr int kStages = 0;                         // [stage][K, V] tiles
   // Until the prologue has read them, the raw query tile (blocked layout, 32 KiB) lies in the
@@ -51,6 +58,30 @@ struct WgmmaPrefillShape {
   static constexpr int kSmemBytes = kBars + 2 * kWgmmaStages * 8;
   static_assert(kCsOff + 16 * (D / 2) * 8 <= kQRaw, "the cos/sin tables fit their V slot");
   static_assert(kPrefillRows * D * 2 == 2 * kTileBytes, "the raw query fills one ring stage");
+};
+
+// Head dim 256: a ring of two K/V stages of 64 KiB (four would not fit beside the query), the
+// rotated query tile (the A operand of S = Q K^T, blocked layout, 64 KiB), and the angle tables:
+// 217 KiB of the 227 a CTA may have. There is no room for the raw query or an fp32 R(m) q, so
+// each segment's query is rotated from the raw query in global memory (wgmma_query_tile).
+template <>
+struct WgmmaPrefillShape<256> {
+  static constexpr int D = 256;
+  static constexpr bool kQInSmem = true;
+  static constexpr int kRing = 2;
+  static constexpr int kTileBytes = kTileKeys * D * 2;      // 32 KiB
+  static constexpr int kStages = 0;                         // [stage][K, V] tiles
+  static constexpr int kQOp = kRing * 2 * kTileBytes;       // [128][D] 16-bit, blocked layout
+  // [wg][4][D / 2] float2: R(m_first - s + 16 a) for the coarse rows a of warpgroup wg's queries
+  static constexpr int kCsQ = kQOp + kPrefillRows * D * 2;
+  static constexpr int kCsOff = kCsQ + 2 * 4 * (D / 2) * 8; // [16][D / 2] float2: R(0 .. 15)
+  static constexpr int kTurns = kCsOff + 16 * (D / 2) * 8;  // [D / 2] Q0.64 angles per position
+  static constexpr int kBars = kTurns + (D / 2) * 8;
+  static constexpr int kSmemBytes = kBars + 2 * kRing * 8;
+  // The register-query builds' buffers, which this one compiles out (named for the pointers the
+  // kernel takes of them).
+  static constexpr int kQRaw = kQOp, kQPre = kQOp, kQFrag = kQOp, kCsSeg = kQOp;
+  static_assert(kSmemBytes <= 227 * 1024, "head dim 256: shared memory");
 };
 
 // The wgmma kernel's raw query (blocked_swizzle layout in shared memory): the pairs at dims
@@ -335,6 +366,68 @@ __device__ __forceinline__ void wgmma_segment_query_any(std::uint32_t (&qf)[D / 
 #pragma unroll
     for (int r = 0; r < 4; ++r)
       qf[kk][r] = wgmma_segment_fragment<T, D>(q_pre, cs, kk, r, t4, tid, rotary, interleaved);
+}
+
+// Head dim 256 (the query in shared memory): rows [64 wg, 64 wg + 64) of the CTA's query tile,
+// R(m - s) q scaled and rounded once, into q_op (blocked_swizzle layout: wgmma's A operand),
+// from the raw query in global memory; rows from rows_here on zero. The work items are the
+// raw-key pass's (prefill/raw_keys.cuh): a chunk of 8 rotate-half first members with the chunk
+// of their partners, a chunk of 4 interleaved pairs, or a chunk past the rotary dims (scaled by
+// pass_scale alone; every chunk with rope false). Query i = row / G of the CTA takes the angle of
+// the coarse table's row i / 16 - a0 combined with the offset table's row i % 16 (row 0 of both
+// where row_step is 0: queries rotated at their own positions), each a [row][D / 2] table.
+template <class T, int D>
+__device__ __forceinline__ void wgmma_query_tile(const PrefillParams& p, T* q_op,
+                                                 const float2* coarse, const float2* fine, int wg,
+                                                 int wg_tid, int q_row0, int i_first,
+                                                 int rows_here, int G, int kv_head, bool rope,
+                                                 int rot_half, bool interleaved, int row_step,
+                                                 float q_scale, float pass_scale) {
+  constexpr int kChunks = D / 8, kStride = D / 2;
+  const int half_chunks = rope && !interleaved ? rot_half / 8 : 0;
+  const int items = kChunks - half_chunks;
+  const int a0 = row_step ? (64 * wg / G) >> 4 : 0;
+  const T* q = static_cast<const T*>(p.q);
+  for (int w_item = wg_tid; w_item < 64 * items; w_item += 128) {
+    const int r = 64 * wg + w_item / items, u = w_item % items;
+    const bool pairs_half = u < half_chunks;
+    const int c = pairs_half ? u : u + half_chunks;  // the x chunk
+    const int y_at = rot_half + 8 * u;               // its partners' first dim (pairs_half)
+    const bool rotary = rope && (pairs_half || 8 * c < 2 * rot_half);
+    uint4 xv = make_uint4(0, 0, 0, 0), yv = xv;
+    if (r < rows_here) {
+      const T* src = q + (static_cast<std::int64_t>(q_row0 + i_first + r / G) * p.num_qo_heads +
+                          kv_head * G + r % G) *
+                             D;
+      xv = __ldg(reinterpret_cast<const uint4*>(src + 8 * c));
+      if (pairs_half) yv = __ldg(reinterpret_cast<const uint4*>(src + y_at));
+      const int i = r / G;
+      const float2* cr = coarse + (row_step ? (i >> 4) - a0 : 0) * kStride;
+      const float2* fr = fine + (row_step ? i & 15 : 0) * kStride;
+      std::uint32_t* xw = reinterpret_cast<std::uint32_t*>(&xv);
+      std::uint32_t* yw = reinterpret_cast<std::uint32_t*>(&yv);
+      const float f = rotary ? q_scale : pass_scale;
+#pragma unroll
+      for (int w = 0; w < 4; ++w) {
+        float2 x = ptx::unpack2<T>(xw[w]);
+        x.x *= f, x.y *= f;
+        if (pairs_half) {  // pairs 8u + 2w, + 1: dims (8u + 2w, rot_half + 8u + 2w), (+1, +1)
+          const int j = 8 * u + 2 * w;
+          float2 y = ptx::unpack2<T>(yw[w]);
+          y.x *= f, y.y *= f;
+          rotate_pair(x.x, y.x, combine_angles(cr[j], fr[j]));
+          rotate_pair(x.y, y.y, combine_angles(cr[j + 1], fr[j + 1]));
+          yw[w] = ptx::pack2<T>(y.x, y.y);
+        } else if (rotary) {  // interleaved pair 4c + w: dims 8c + 2w, + 1
+          const int j = 4 * c + w;
+          rotate_pair(x.x, x.y, combine_angles(cr[j], fr[j]));
+        }
+        xw[w] = ptx::pack2<T>(x.x, x.y);
+      }
+    }
+    *reinterpret_cast<uint4*>(q_op + blocked_swizzle<D, kPrefillRows>(r, c)) = xv;
+    if (pairs_half) *reinterpret_cast<uint4*>(q_op + blocked_swizzle<D, kPrefillRows>(r, y_at >> 3)) = yv;
+  }
 }
 
 }  // namespace lazyattn::cuda::detail

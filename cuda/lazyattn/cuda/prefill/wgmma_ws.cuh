@@ -1,10 +1,10 @@
 // The Hopper prefill (sm_90a): warpgroup MMA, FlashAttention-3's warp specialisation and
-// ping-pong, for head dims 64 and 128, 16-bit, every storage form and rotary layout (rotate-half
-// or interleaved pairs, all or some dims rotary) or RoPE off; other head dims run on the mma.sync
-// kernel (prefill/mma_sync.cuh). One CTA takes 128 query rows (GQA-packed) of one request and one
+// ping-pong, for head dims 64, 128 and 256, 16-bit, every storage form and rotary layout
+// (rotate-half or interleaved pairs, all or some dims rotary) or RoPE off; other head dims run on
+// the mma.sync kernel (prefill/mma_sync.cuh). One CTA takes 128 query rows (GQA-packed) of one request and one
 // KV head.
 //  - Loading: warpgroup 2 (24 registers; the others take the rest with setmaxnreg) streams the
-//    K/V tiles through a ring of kWgmmaStages stages with cp.async (page-table gather) in the
+//    K/V tiles through a ring of stages (four; two at head dim 256) with cp.async (page-table gather) in the
 //    blocked 128-byte-swizzle layout wgmma's descriptors read, and signals each stage on an
 //    mbarrier (full); the computing warps release a stage on another (empty) once both its
 //    wgmmas are done. Raw-form K tiles (keys stored before RoPE, kRawTiles) come rotated to
@@ -20,6 +20,10 @@
 //    query once, straight to R(m - s), and compiles the rebuild out. Each thread holds both
 //    members of every pair it rotates in all layouts (wgmma_query.cuh), the rotate-half layout
 //    over all head dims on a tuned path.
+//  - Head dim 256 (kQSmem): the query's fragments (64 registers) do not fit beside the 128 of
+//    O, so S = Q K^T takes the query from shared memory, rotated for each segment straight from
+//    the raw query in global memory (wgmma_query_tile: every layout at run time, so no
+//    kAnyRotary build), and the K/V ring has two stages of 64 KiB.
 //  - Overlap inside a warpgroup: S(j) and P(j-1) V(j-1) are issued back to back; tile j's
 //    softmax runs under P V; O is rescaled after the wait.
 //  - Overlap between the computing warpgroups: they take turns issuing their wgmmas (two named
@@ -47,7 +51,7 @@
 
 namespace lazyattn::cuda::detail {
 
-// kD: the head dim (64 or 128). kAnyRotary: interleaved pairs or rotary dims fewer than kD (read
+// kD: the head dim (64, 128 or 256). kAnyRotary: interleaved pairs or rotary dims fewer than kD (read
 // at run time); false: the rotate-half layout over all dims, with compile-time tables (its own
 // build: with both paths in one, the local form's tile loop ran 7-12% slower).
 template <class T, int kD, bool kRope, bool kOneSeg = false, bool kRawTiles = false,
@@ -60,7 +64,8 @@ __global__ void __launch_bounds__(kWgmmaWsThreads, 1)
   using Shape = WgmmaPrefillShape<kD>;
   constexpr int D = Shape::D;
   constexpr int kThreads = kWgmmaPrefillThreads;
-  constexpr int S = kWgmmaStages;
+  constexpr bool kQSmem = Shape::kQInSmem;  // head dim 256
+  constexpr int S = Shape::kRing;
   constexpr int KSteps = D / 16;
   constexpr int kHalf = D / 2;  // the tables' row stride in pairs (rotary_dim <= D)
   // The loading warpgroup's registers: 24 (40 where it picks raw tiles' K from the scratch: at
@@ -107,8 +112,10 @@ __global__ void __launch_bounds__(kWgmmaWsThreads, 1)
   const int causal_offset = p.plan.segment_length[p.plan.request_tail_segment[b]] - nq;
   const int max_visible_tail = causal_offset + (row_begin + rows_here - 1) / G;
   const int rope_set = p.rope.per_request ? b : 0;
-  const int rot_half = kAnyRotary ? p.rope.rotary_dim / 2 : kHalf;  // rotary pairs (kRope)
-  const bool interleaved = kAnyRotary && p.rope.interleaved != 0;
+  // Rotary pairs (kRope) and layout: read at run time in the builds that take any layout.
+  constexpr bool kRunTimeLayout = kAnyRotary || kQSmem;
+  const int rot_half = kRunTimeLayout ? p.rope.rotary_dim / 2 : kHalf;
+  const bool interleaved = kRunTimeLayout && p.rope.interleaved != 0;
   const std::uint64_t* turns = p.rope.turns + static_cast<std::int64_t>(rope_set) * rot_half;
   const float2* offset_cs =
       p.rope.offset_cs + static_cast<std::int64_t>(rope_set) * p.rope.offset_rows * rot_half;
@@ -138,10 +145,17 @@ __global__ void __launch_bounds__(kWgmmaWsThreads, 1)
     const T* k_head = static_cast<const T*>(p.k_pool) + kv_head * p.head_stride;
     const T* v_head = static_cast<const T*>(p.v_pool) + kv_head * p.head_stride;
     T* stages = reinterpret_cast<T*>(smem + Shape::kStages);
-    // The warpgroup copies kPass rows at a time (8 at head dim 128, 16 at 64).
-    constexpr int kPass = 128 / (D / 8);
-    const int chunk = lane % (D / 8);  // the 16-byte chunk of a row this thread copies
-    const int row_in = (32 / (D / 8)) * lwarp + lane / (D / 8);  // its first row; then every kPass
+    // The warpgroup copies kPass rows at a time (8 at head dims 128 and 256, 16 at 64: a multiple
+    // of the swizzle's 8-row period), kRowThreads threads to a row. At 256 each thread copies
+    // kSub = 2 chunks of a row, chunk and chunk + 16 (two column blocks on, the same phase).
+    constexpr int kRowThreads = D / 8 < 16 ? D / 8 : 16;
+    constexpr int kSub = D / 8 / kRowThreads;
+    constexpr int kPass = 128 / kRowThreads;
+    static_assert(kPass % 8 == 0, "the loader's rows keep their swizzle phase");
+    constexpr int kSubElems = kRowThreads * 8;                  // a sub-chunk's step in a row
+    constexpr int kSubAt = kRowThreads / 8 * (kTileKeys * 64);  // and in the blocked tile
+    const int chunk = lane % kRowThreads;  // the 16-byte chunk of a row this thread copies
+    const int row_in = (32 / kRowThreads) * lwarp + lane / kRowThreads;  // first row; every kPass
     const int at_row_in = blocked_swizzle<D, kTileKeys>(row_in, chunk);
     const int slot_mask = (1 << p.page_size_log2) - 1;
     prefetch_tile_records(p.sched.tiles, tile_begin, tile_end, ltid, 128);
@@ -163,7 +177,7 @@ __global__ void __launch_bounds__(kWgmmaWsThreads, 1)
     };
     for (int tile = tile_begin, it = 0; tile < tile_end; ++tile, ++it) {
       const int stage = it % S;
-      if (it == 2) hand_over();
+      if (!kQSmem && it == 2) hand_over();  // (kQSmem: the prologue uses no stage)
       if (it >= S)
         ptx::mbarrier_wait(empty_bar(stage), static_cast<std::uint32_t>((it / S - 1) & 1));
       const TileInfo ti = p.sched.tiles[tile];
@@ -202,33 +216,38 @@ __global__ void __launch_bounds__(kWgmmaWsThreads, 1)
         // Row r's swizzle phase (r % 8) is row_in's, so its offset is row_in's plus kPass i
         // rows, a constant. Computed per row, ptxas kept eight offsets live across the loop and
         // spilled them (11 local loads per tile in the RoPE build).
-        const int at = at_row_in + blocked_swizzle<D, kTileKeys>(kPass * i, 0);
-        if constexpr (kRawTiles) {
-          const T* k_src = k_rows ? k_rows + kPass * i * D : k_head + off;
-          ptx::cp_async_16(ptx::smem_addr(ks + at), k_src, valid);
-        } else {
-          ptx::cp_async_16(ptx::smem_addr(ks + at), k_head + off, valid);
+#pragma unroll
+        for (int sub = 0; sub < kSub; ++sub) {
+          const int at = at_row_in + blocked_swizzle<D, kTileKeys>(kPass * i, 0) + sub * kSubAt;
+          const std::int64_t off_s = off + sub * kSubElems;
+          if constexpr (kRawTiles) {
+            const T* k_src = k_rows ? k_rows + kPass * i * D + sub * kSubElems : k_head + off_s;
+            ptx::cp_async_16(ptx::smem_addr(ks + at), k_src, valid);
+          } else {
+            ptx::cp_async_16(ptx::smem_addr(ks + at), k_head + off_s, valid);
+          }
+          ptx::cp_async_16(ptx::smem_addr(vs + at), v_head + off_s, valid);
         }
-        ptx::cp_async_16(ptx::smem_addr(vs + at), v_head + off, valid);
       }
       ptx::cp_async_mbarrier_arrive_noinc(full_bar(stage));
     }
-    if (tile_end - tile_begin <= 2) hand_over();  // the loop did not reach it == 2
+    if (!kQSmem && tile_end - tile_begin <= 2) hand_over();  // the loop did not reach it == 2
     ptx::cp_async_wait<0>();
     return;
   }
   ptx::setmaxnreg_inc<kComputeRegs>();
 
   // ---- the raw query tile (blocked layout), zero past the request --------------------------
-  load_query_tile<T, D, kThreads>(
-      p, q_raw, tid, q_row0, i_first, rows_here, G, kv_head,
-      [](int r, int chunk) { return blocked_swizzle<D, kPrefillRows>(r, chunk); });
+  if constexpr (!kQSmem)
+    load_query_tile<T, D, kThreads>(
+        p, q_raw, tid, q_row0, i_first, rows_here, G, kv_head,
+        [](int r, int chunk) { return blocked_swizzle<D, kPrefillRows>(r, chunk); });
 
   // K/V ring of S stages (the loading warpgroup fills them; here only the stages' addresses and
   // the tile records): tile j's iteration reads K(j) and V(j - 1) (P(j - 1) V(j - 1) runs under
   // tile j's softmax). Until the prologue has read them, the raw query lies in stage 3, the
   // cos/sin tables in stage 2's V slot.
-  static_assert(S == 4, "the prologue's staging assumes four stages");
+  static_assert(kQSmem || S == 4, "the prologue's staging assumes four stages");
   using Stream = TileStream<T, D, kThreads, S, true>;
   Stream stream = Stream::for_head(p, kv_head, tile_end, tid,
                                    reinterpret_cast<T*>(smem + Shape::kStages));
@@ -237,6 +256,10 @@ __global__ void __launch_bounds__(kWgmmaWsThreads, 1)
   // cos/sin of -s (segment start s) for every rotary pair, into this warpgroup's buffer (its
   // first rot_half threads; the caller syncs the warpgroup before anyone reads).
   const int wg_tid = tid % 128;
+  auto wg_barrier = [&] {
+    if (wg == 0) ptx::named_barrier_sync<1, 128>();
+    else ptx::named_barrier_sync<2, 128>();
+  };
   auto compute_seg = [&](std::int64_t seg_start) {
     if (wg_tid < rot_half)
       cs_seg[wg * kHalf + wg_tid] = rope_cos_sin(-seg_start, s_turns[wg_tid]);
@@ -260,7 +283,7 @@ __global__ void __launch_bounds__(kWgmmaWsThreads, 1)
   // The offset table's 16 rows (row 0, the identity, for every row of a pre-rotated query).
   auto load_offsets = [&] {
     for (int i = tid; i < 16 * kHalf; i += kThreads) {
-      if constexpr (!kAnyRotary) cs_off[i] = offset_cs[row_step ? i : i % kHalf];
+      if constexpr (!kRunTimeLayout) cs_off[i] = offset_cs[row_step ? i : i % kHalf];
       else if (i % kHalf < rot_half)
         cs_off[i] = offset_cs[(row_step ? i / kHalf : 0) * rot_half + i % kHalf];
     }
@@ -283,7 +306,13 @@ __global__ void __launch_bounds__(kWgmmaWsThreads, 1)
   Rolled r_cur = roll(first), r_next = roll(ti_run), r_n2;
   std::int64_t q_seg_start = first.seg_start;  // the segment the query is built for
   const float q_scale = kRope ? p.sm_scale_log2 * p.rope.query_scale : p.sm_scale_log2;
-  if constexpr (kOneSeg) {
+  if constexpr (kQSmem) {
+    if (kRope) {
+      load_offsets();
+      for (int j = tid; j < rot_half; j += kThreads) s_turns[j] = turns[j];
+    }
+    ptx::named_barrier_sync<3, kThreads>();  // the tables stored (the computing warps alone)
+  } else if constexpr (kOneSeg) {
     // Tables for R(m - s), the scale folded into the coarse one, each thread's angle steps read
     // from global memory: no barrier before the raw query's (run's first), which orders these
     // writes before every read (the loader passes one barrier fewer in its hand_over).
@@ -325,17 +354,43 @@ __global__ void __launch_bounds__(kWgmmaWsThreads, 1)
     }
   }
 
+  // Head dim 256: this warpgroup's 64 rows of the query tile, rotated for the segment starting
+  // at seg_start (R(m - s) q, or q scaled for RoPE off), from the raw query in global memory, with
+  // its warpgroup's coarse table R(m_first - s + 16 a) computed first (4 rows: its 64 rows hold at
+  // most 64 queries); then visible to the warpgroup's wgmmas. Called with no wgmma of the
+  // warpgroup in flight.
+  [[maybe_unused]] T* const q_op = reinterpret_cast<T*>(smem + Shape::kQRaw);
+  [[maybe_unused]] auto build_query_tile = [&](std::int64_t seg_start) {
+    float2* coarse = cs_q + wg * 4 * kHalf;
+    if (kRope) {
+      const int a0 = row_step ? (64 * wg / G) >> 4 : 0;
+      wg_barrier();  // the last build's reads of the coarse table are done
+      for (int i = wg_tid; i < 4 * kHalf; i += 128)
+        if (i % kHalf < rot_half)
+          coarse[i] = rope_cos_sin(m_first - seg_start + 16 * row_step * (a0 + i / kHalf),
+                                   s_turns[i % kHalf]);
+      wg_barrier();
+    }
+    wgmma_query_tile<T, D>(p, q_op, coarse, cs_off, wg, wg_tid, q_row0, i_first, rows_here, G,
+                           kv_head, kRope, rot_half, interleaved, row_step, q_scale,
+                           kRope ? p.sm_scale_log2 : q_scale);
+    ptx::fence_proxy_async_smem();  // the generic-proxy stores, before wgmma reads them
+    wg_barrier();
+  };
+
   // This thread's query elements, as wgmma's A fragments (mma.sync's A layout), held in
   // registers throughout: k-step kk, [0] (row_a, c..c+1), [1] (row_a + 8, c..), [2] (row_a,
   // c+8..), [3] (row_a + 8, c+8..), c = 16 kk + 2 t4. Pair (col, col + D / 2) of fragment (kk, r),
   // kk < D / 32, is q_pre entry 2 (4 kk + r) (dims col, col + 1) and 2 (4 kk + r) + 1 (dims
   // col + D / 2, col + D / 2 + 1).
-  std::uint32_t qf[KSteps][4];
+  std::uint32_t qf[kQSmem ? 1 : KSteps][4];
   // Prologue (the raw query landed): R(m) q * scale into q_pre (kRope, out of line), or
   // q * scale into qf; kOneSeg: R(m - s) q * scale into qf, through this thread's q_frag entries
   // (out of line; its own entries, so no barrier).
   auto prepare_query = [&] {
-    if constexpr (kOneSeg) {
+    if constexpr (kQSmem) {
+      build_query_tile(q_seg_start);
+    } else if constexpr (kOneSeg) {
       wgmma_rotate_query_frag<T, D>(q_raw, q_frag, cs_q, cs_off, row_a, G, t4, tid);
 #pragma unroll
       for (int kk = 0; kk < KSteps; ++kk) {
@@ -355,7 +410,8 @@ __global__ void __launch_bounds__(kWgmmaWsThreads, 1)
   // qf = R(-s) (R(m) q) for the segment whose cos/sin are at cs (kRope only). Reads this
   // thread's own q_pre entries: no barrier with the prologue.
   auto build_query = [&](const float2* cs) {
-    if constexpr (full_half) wgmma_segment_query<T, D>(qf, q_pre, cs, t4, tid);
+    if constexpr (kQSmem) return;  // (build_query_tile)
+    else if constexpr (full_half) wgmma_segment_query<T, D>(qf, q_pre, cs, t4, tid);
     else wgmma_segment_query_any<T, D>(qf, q_pre, cs, t4, tid, p.rope.rotary_dim, interleaved);
   };
   // S = Q K^T for this warpgroup's 64 rows against the tile in ring stage `stage` (issued, not
@@ -364,18 +420,38 @@ __global__ void __launch_bounds__(kWgmmaWsThreads, 1)
     const std::uint32_t k_addr = ptx::smem_addr(stream.k_stage(stage));
     ptx::fence_operands(s);
     ptx::wgmma_fence();
+    if constexpr (kQSmem) {  // the warpgroup's 64 rows start 64 x 128 bytes into each block
+      const std::uint32_t q_addr = ptx::smem_addr(q_op) + wg * 64 * 128;
 #pragma unroll
-    for (int kk = 0; kk < KSteps; ++kk) {
-      const std::uint32_t kstep = (kk / 4) * (kTileKeys * 128) + (kk % 4) * 32;
-      ptx::wgmma_rs_m64n64k16<T, false>(s, qf[kk], ptx::wgmma_desc(k_addr + kstep, 16, 1024),
-                                        kk > 0);
+      for (int kk = 0; kk < KSteps; ++kk) {
+        const std::uint32_t kstep = (kk / 4) * (kTileKeys * 128) + (kk % 4) * 32;
+        const std::uint32_t qstep = (kk / 4) * (kPrefillRows * 128) + (kk % 4) * 32;
+        ptx::wgmma_ss_m64n64k16<T, false>(s, ptx::wgmma_desc(q_addr + qstep, 16, 1024),
+                                          ptx::wgmma_desc(k_addr + kstep, 16, 1024), kk > 0);
+      }
+    } else {
+#pragma unroll
+      for (int kk = 0; kk < KSteps; ++kk) {
+        const std::uint32_t kstep = (kk / 4) * (kTileKeys * 128) + (kk % 4) * 32;
+        ptx::wgmma_rs_m64n64k16<T, false>(s, qf[kk], ptx::wgmma_desc(k_addr + kstep, 16, 1024),
+                                          kk > 0);
+      }
     }
     ptx::wgmma_commit();
   };
 
-  float o[D / 2];  // m64nD accumulator: D / 8 column blocks x 4
+  // m64nD accumulator: D / 8 column blocks x 4, as blocks of the N = 128 (N = 64 at head dim 64)
+  // wgmmas that write it; o_at(i) is entry i of the whole (i compile-time).
+  constexpr int kON = D >= 128 ? 64 : 32;
+  constexpr int kOB = D / 2 / kON;
+  float o[kOB][kON];
+  auto o_at = [&](int i) -> float& { return o[i / kON][i % kON]; };
+  auto fence_o = [&] {
 #pragma unroll
-  for (int i = 0; i < D / 2; ++i) o[i] = 0.0f;
+    for (int b = 0; b < kOB; ++b) ptx::fence_operands(o[b]);
+  };
+#pragma unroll
+  for (int i = 0; i < D / 2; ++i) o_at(i) = 0.0f;
   float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.0f, 0.0f};
   float s[32];
   std::uint32_t pa[4][4];  // P of the previous tile, wgmma's A operand for O += P V
@@ -383,13 +459,17 @@ __global__ void __launch_bounds__(kWgmmaWsThreads, 1)
   // O += P V for the tile in ring stage `stage` (issued, not waited for).
   auto issue_pv = [&](int stage) {
     const std::uint32_t v_addr = ptx::smem_addr(stream.v_stage(stage));
-    ptx::fence_operands(o);
+    fence_o();
     ptx::wgmma_fence();
 #pragma unroll
     for (int kv = 0; kv < 4; ++kv) {
-      const std::uint64_t dv = ptx::wgmma_desc(v_addr + kv * 16 * 128, kTileKeys * 128, 1024);
-      if constexpr (D == 128) ptx::wgmma_rs_m64n128k16<T, true>(o, pa[kv], dv, 1);
-      else ptx::wgmma_rs_m64n64k16<T, true>(o, pa[kv], dv, 1);
+#pragma unroll
+      for (int b = 0; b < kOB; ++b) {  // block b: V's 64-column blocks 2b, 2b + 1
+        const std::uint64_t dv = ptx::wgmma_desc(
+            v_addr + kv * 16 * 128 + b * 2 * kTileKeys * 128, kTileKeys * 128, 1024);
+        if constexpr (D >= 128) ptx::wgmma_rs_m64n128k16<T, true>(o[b], pa[kv], dv, 1);
+        else ptx::wgmma_rs_m64n64k16<T, true>(o[b], pa[kv], dv, 1);
+      }
     }
     ptx::wgmma_commit();
   };
@@ -425,7 +505,7 @@ __global__ void __launch_bounds__(kWgmmaWsThreads, 1)
 #pragma unroll
     for (int n = 0; n < D / 8; ++n)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) o[4 * n + e] *= scale[e >> 1];
+      for (int e = 0; e < 4; ++e) o_at(4 * n + e) *= scale[e >> 1];
 #pragma unroll
     for (int kv = 0; kv < 4; ++kv)
 #pragma unroll
@@ -435,13 +515,14 @@ __global__ void __launch_bounds__(kWgmmaWsThreads, 1)
   // Between two tiles of different segments (no wgmma in flight): the query for the segment
   // starting at `seg_start`. Only here, outside the loop over a segment's tiles, which then has
   // no RoPE code at all (RoPE code in it slows every tile).
-  auto wg_barrier = [&] {
-    if (wg == 0) ptx::named_barrier_sync<1, 128>();
-    else ptx::named_barrier_sync<2, 128>();
-  };
   // The cos/sin of the first segment's query (kRope, not kOneSeg).
   auto first_cs = [&] { return use_table ? seg_table : cs_seg + wg * kHalf; };
   auto rebuild_query = [&](std::int64_t seg_start, int segment) {
+    if constexpr (kQSmem) {
+      build_query_tile(seg_start);
+      q_seg_start = seg_start;
+      return;
+    }
     const float2* cs = seg_table + (segment - seg0) * kHalf;
     if (!kSegTable || !use_table) {
       wg_barrier();  // the last build's reads of the buffer are done (warpgroup 0 passes no
@@ -476,15 +557,19 @@ __global__ void __launch_bounds__(kWgmmaWsThreads, 1)
   auto run = [&](auto late) {
     constexpr bool kLate = decltype(late)::value;  // warpgroup 1
     // ---- tile_begin: S, softmax; no P V yet ----------------------------------------------------
-    ptx::cp_async_wait<0>();
-    __syncthreads();  // everyone's raw query landed (the loader passes it in its hand_over)
+    if constexpr (!kQSmem) {
+      ptx::cp_async_wait<0>();
+      __syncthreads();  // everyone's raw query landed (the loader passes it in its hand_over)
+    }
     // K(tile_begin) is waited for before the query's rotation, not after: the RoPE builds are
     // faster so, though the computing warps wait here.
     wait_full(0);
     r_n2 = load_keys(tile_begin + 2);
     prepare_query();  // reads the raw query (stage 3) and the cos/sin tables (stage 2's V slot)
-    __syncthreads();  // with the loader: it may refill stages 2 and 3
-    if (kRope && !kOneSeg) build_query(first_cs());
+    if constexpr (!kQSmem) {
+      __syncthreads();  // with the loader: it may refill stages 2 and 3
+      if (kRope && !kOneSeg) build_query(first_cs());
+    }
     if constexpr (kLate) pass_turn(late);  // warpgroup 0 goes first
     take_turn(late);
     issue_qk(s, 0);
@@ -523,7 +608,7 @@ __global__ void __launch_bounds__(kWgmmaWsThreads, 1)
         ptx::fence_operands(s);
         softmax(r_cur, scale, masked);
         ptx::wgmma_wait<0>();
-        ptx::fence_operands(o);
+        fence_o();
         // Stage it - 1 (K read by S(tile - 1), V by P V just now) is free for this warp.
         if (lane == 0) ptx::mbarrier_arrive(empty_bar((it - 1) % S));
         rescale_and_pack(scale);
@@ -542,13 +627,13 @@ __global__ void __launch_bounds__(kWgmmaWsThreads, 1)
     }
     issue_pv((tile_end - 1 - tile_begin) % S);  // the last tile's P V
     ptx::wgmma_wait<0>();
-    ptx::fence_operands(o);
+    fence_o();
     if constexpr (!kLate) take_turn(late);  // warpgroup 1's last hand-over
   };
   if (tile_begin < tile_end) {
     if (wg == 0) run(std::false_type{});
     else run(std::true_type{});
-  } else {
+  } else if constexpr (!kQSmem) {
     __syncthreads();  // no prologue: the loader has nothing to do
   }
   ptx::cp_async_wait<0>();
@@ -557,7 +642,7 @@ __global__ void __launch_bounds__(kWgmmaWsThreads, 1)
 #pragma unroll
   for (int h = 0; h < 2; ++h)
     store_output_row<T, D>(
-        p, [&](int n, int e) { return o[4 * n + 2 * h + e]; }, row_max[h], row_sum[h],
+        p, [&](int n, int e) { return o_at(4 * n + 2 * h + e); }, row_max[h], row_sum[h],
         row_a + 8 * h, rows_here, row_begin, q_row0, kv_head, G, t4);
 }
 
