@@ -109,7 +109,8 @@ def prefill_table(ours, peers):
 def prefill_markdown(rows, meta):
     lines = [f"Prefill, {meta['device']}, commit {meta['commit']}, {meta['date']}; medians; "
              "TFLOP/s = 4 q kv d heads / time (halved for the causal square).", "",
-             "Head dim 128 (Llama-3-8B's attention), shapes ending _d64 at head dim 64 (Llama-3.2-1B's). "
+             "Head dim 128 (Llama-3-8B's attention), shapes ending _d64 at head dim 64 (Llama-3.2-1B's), "
+             "_d256 at head dim 256 (Gemma's head dim, the same head counts). "
              "Kernels as PrefillKernel::kAuto picks them (" +
              ", ".join(sorted({f"{m} {k}" for r in rows for m, k in r.get("kernel", {}).items()
                                if m in ("local", "raw", "rope_off")})) +
@@ -239,8 +240,9 @@ def plot_prefill(rows, path, meta):
     if any("local_mma" in r["ours_tflops"] for r in rows):
         series.insert(1, ("ours local, mma.sync", [r["ours_tflops"].get("local_mma") or 0
                                                     for r in rows]))
-    bars(path, [r["shape"].replace("_d64", "\nd64") for r in rows], series, "TFLOP/s",
-         f"Prefill on {meta['device']}, 32 query / 8 KV heads, head dim 128 (d64: 64), bf16, "
+    bars(path, [r["shape"].replace("_d64", "\nd64").replace("_d256", "\nd256") for r in rows],
+         series, "TFLOP/s",
+         f"Prefill on {meta['device']}, 32 query / 8 KV heads, head dim 128 (d64: 64, d256: 256), bf16, "
          f"page 16 ({meta['date']})", figsize=(max(8, 1.9 * len(rows)), 4.5))
 
 
