@@ -410,7 +410,7 @@ __global__ void __launch_bounds__(kWgmmaWsThreads, 1)
   // qf = R(-s) (R(m) q) for the segment whose cos/sin are at cs (kRope only). Reads this
   // thread's own q_pre entries: no barrier with the prologue.
   auto build_query = [&](const float2* cs) {
-    if constexpr (kQSmem) return;  // (build_query_tile)
+    if constexpr (kQSmem) return;  // no fragments (build_query_tile); the body must compile
     else if constexpr (full_half) wgmma_segment_query<T, D>(qf, q_pre, cs, t4, tid);
     else wgmma_segment_query_any<T, D>(qf, q_pre, cs, t4, tid, p.rope.rotary_dim, interleaved);
   };
@@ -520,18 +520,17 @@ __global__ void __launch_bounds__(kWgmmaWsThreads, 1)
   auto rebuild_query = [&](std::int64_t seg_start, int segment) {
     if constexpr (kQSmem) {
       build_query_tile(seg_start);
-      q_seg_start = seg_start;
-      return;
+    } else {
+      const float2* cs = seg_table + (segment - seg0) * kHalf;
+      if (!kSegTable || !use_table) {
+        wg_barrier();  // the last build's reads of the buffer are done (warpgroup 0 passes no
+                       // CTA barrier between the prologue's build and the first run)
+        compute_seg(seg_start);
+        wg_barrier();
+        cs = cs_seg + wg * kHalf;
+      }
+      build_query(cs);
     }
-    const float2* cs = seg_table + (segment - seg0) * kHalf;
-    if (!kSegTable || !use_table) {
-      wg_barrier();  // the last build's reads of the buffer are done (warpgroup 0 passes no
-                     // CTA barrier between the prologue's build and the first run)
-      compute_seg(seg_start);
-      wg_barrier();
-      cs = cs_seg + wg * kHalf;
-    }
-    build_query(cs);
     q_seg_start = seg_start;
   };
 
