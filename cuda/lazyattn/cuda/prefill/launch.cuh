@@ -261,7 +261,7 @@ inline void prefill(const PrefillArgs& args, const DevicePool& pool, const Devic
             };
             // Builds: raw tiles or not, rotate-half over all dims or any layout (one-segment
             // requests in any layout take the general form), and RoPE off. At head dim 256 the
-            // query side reads the layout at run time in every build (wgmma_query_tile_rotate).
+            // query side reads the layout at run time in every build (wgmma_query_tile).
             const bool any = D != 256 && (rope.view().rotary_dim != D || rope.view().interleaved != 0);
             using detail::prefill_wgmma_kernel;
             if (!args.rope) launch_wgmma(prefill_wgmma_kernel<T, D, false>);

@@ -3,8 +3,7 @@
 // fp32, or straight to R(m - s) q for a CTA within one segment), from exact per-position angle
 // tables combined with a table of offsets 0..15. At head dim 256 the query is wgmma's A operand
 // in shared memory instead (its fragments would not fit the registers beside a 64 x 256
-// accumulator), rotated for each segment straight from the raw query (wgmma_query_tile_copy,
-// wgmma_query_tile_rotate).
+// accumulator), rotated for each segment straight from the raw query (wgmma_query_tile).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -64,8 +63,7 @@ struct WgmmaPrefillShape {
 // Head dim 256: a ring of two K/V stages of 64 KiB (four would not fit beside the query), the
 // rotated query tile (the A operand of S = Q K^T, blocked layout, 64 KiB), and the angle tables:
 // 217 KiB of the 227 a CTA may have. There is no room for the raw query or an fp32 R(m) q, so
-// each segment's query is rotated from the raw query in global memory (wgmma_query_tile_copy,
-// wgmma_query_tile_rotate).
+// each segment's query is rotated from the raw query in global memory (wgmma_query_tile).
 template <>
 struct WgmmaPrefillShape<256> {
   static constexpr int D = 256;
@@ -371,109 +369,64 @@ __device__ __forceinline__ void wgmma_segment_query_any(std::uint32_t (&qf)[D / 
 }
 
 // Head dim 256 (the query in shared memory): rows [64 wg, 64 wg + 64) of the CTA's query tile,
-// R(m - s) q scaled and rounded once, in q_op (blocked_swizzle layout: wgmma's A operand), from
-// the raw query in global memory; rows from rows_here on zero. Two steps, so that every load of
-// a rebuild is in flight at once and under the coarse table's angles (one load after the other,
-// each thread's 8 to 16 round trips to L2 were most of a rebuild's 9 us on the RAG tail):
-//  - wgmma_query_tile_copy: cp.async of the raw chunks straight into their places in q_op (zero
-//    past rows_here); the caller commits and waits;
-//  - wgmma_query_tile_rotate: each thread rotates and scales its own chunks in place.
-// The work items are the raw-key pass's (prefill/raw_keys.cuh): a chunk of 8 rotate-half first
-// members with the chunk of their partners, a chunk of 4 interleaved pairs, or a chunk past the
-// rotary dims (scaled by pass_scale alone; every chunk with rope false). Query i = row / G of the
-// CTA takes the angle of the coarse table's row i / 16 - a0 combined with the offset table's row
-// i % 16 (row 0 of both where row_step is 0: queries rotated at their own positions), each a
-// [row][D / 2] table.
-template <int D>
-struct QueryTileItems {
-  static constexpr int kChunks = D / 8;
-  int half_chunks, items, rot_half, wg;
-  __device__ __forceinline__ QueryTileItems(bool rope, int rot_half_, bool interleaved, int wg_)
-      : half_chunks(rope && !interleaved ? rot_half_ / 8 : 0), items(kChunks - half_chunks),
-        rot_half(rot_half_), wg(wg_) {}
-  __device__ __forceinline__ int count() const { return 64 * items; }  // per warpgroup
-  // Work item w: query tile row r, its x chunk c and (pairs_half) the partners' chunk y.
-  struct Item {
-    int r, u, c, y;
-    bool pairs_half;
-  };
-  __device__ __forceinline__ Item operator()(int w) const {
-    Item it;
-    it.r = 64 * wg + w / items;
-    it.u = w % items;
-    it.pairs_half = it.u < half_chunks;
-    it.c = it.pairs_half ? it.u : it.u + half_chunks;
-    it.y = (rot_half + 8 * it.u) >> 3;
-    return it;
-  }
-};
-
+// R(m - s) q scaled and rounded once, into q_op (blocked_swizzle layout: wgmma's A operand),
+// from the raw query in global memory; rows from rows_here on zero. The work items are the
+// raw-key pass's (prefill/raw_keys.cuh): a chunk of 8 rotate-half first members with the chunk
+// of their partners, a chunk of 4 interleaved pairs, or a chunk past the rotary dims (scaled by
+// pass_scale alone; every chunk with rope false). Query i = row / G of the CTA takes the angle of
+// the coarse table's row i / 16 - a0 combined with the offset table's row i % 16 (row 0 of both
+// where row_step is 0: queries rotated at their own positions), each a [row][D / 2] table.
 template <class T, int D>
-__device__ __forceinline__ void wgmma_query_tile_copy(const PrefillParams& p, T* q_op, int wg,
-                                                      int wg_tid, int q_row0, int i_first,
-                                                      int rows_here, int G, int kv_head,
-                                                      bool rope, int rot_half, bool interleaved) {
-  const QueryTileItems<D> items(rope, rot_half, interleaved, wg);
-  const T* q = static_cast<const T*>(p.q);
-  for (int w = wg_tid; w < items.count(); w += 128) {
-    const auto it = items(w);
-    const bool valid = it.r < rows_here;
-    const T* src = q;  // not read where !valid
-    if (valid)
-      src += (static_cast<std::int64_t>(q_row0 + i_first + it.r / G) * p.num_qo_heads +
-              kv_head * G + it.r % G) *
-             D;
-    ptx::cp_async_16(ptx::smem_addr(q_op + blocked_swizzle<D, kPrefillRows>(it.r, it.c)),
-                     src + 8 * it.c, valid);
-    if (it.pairs_half)
-      ptx::cp_async_16(ptx::smem_addr(q_op + blocked_swizzle<D, kPrefillRows>(it.r, it.y)),
-                       src + 8 * it.y, valid);
-  }
-}
-
-template <class T, int D>
-__device__ __forceinline__ void wgmma_query_tile_rotate(T* q_op, const float2* coarse,
-                                                        const float2* fine, int wg, int wg_tid,
-                                                        int rows_here, int G, bool rope,
-                                                        int rot_half, bool interleaved,
-                                                        int row_step, float q_scale,
-                                                        float pass_scale) {
-  constexpr int kStride = D / 2;
-  const QueryTileItems<D> items(rope, rot_half, interleaved, wg);
+__device__ __forceinline__ void wgmma_query_tile(const PrefillParams& p, T* q_op,
+                                                 const float2* coarse, const float2* fine, int wg,
+                                                 int wg_tid, int q_row0, int i_first,
+                                                 int rows_here, int G, int kv_head, bool rope,
+                                                 int rot_half, bool interleaved, int row_step,
+                                                 float q_scale, float pass_scale) {
+  constexpr int kChunks = D / 8, kStride = D / 2;
+  const int half_chunks = rope && !interleaved ? rot_half / 8 : 0;
+  const int items = kChunks - half_chunks;
   const int a0 = row_step ? (64 * wg / G) >> 4 : 0;
-  for (int w = wg_tid; w < items.count(); w += 128) {
-    const auto it = items(w);
-    if (it.r >= rows_here) continue;  // zero-filled by the copy
-    uint4* x_at = reinterpret_cast<uint4*>(q_op + blocked_swizzle<D, kPrefillRows>(it.r, it.c));
-    uint4* y_at = reinterpret_cast<uint4*>(q_op + blocked_swizzle<D, kPrefillRows>(it.r, it.y));
-    uint4 xv = *x_at, yv = make_uint4(0, 0, 0, 0);
-    if (it.pairs_half) yv = *y_at;
-    const bool rotary = rope && (it.pairs_half || 8 * it.c < 2 * rot_half);
-    const int i = it.r / G;
-    const float2* cr = coarse + (row_step ? (i >> 4) - a0 : 0) * kStride;
-    const float2* fr = fine + (row_step ? i & 15 : 0) * kStride;
-    std::uint32_t* xw = reinterpret_cast<std::uint32_t*>(&xv);
-    std::uint32_t* yw = reinterpret_cast<std::uint32_t*>(&yv);
-    const float f = rotary ? q_scale : pass_scale;
+  const T* q = static_cast<const T*>(p.q);
+  for (int w_item = wg_tid; w_item < 64 * items; w_item += 128) {
+    const int r = 64 * wg + w_item / items, u = w_item % items;
+    const bool pairs_half = u < half_chunks;
+    const int c = pairs_half ? u : u + half_chunks;  // the x chunk
+    const int y_at = rot_half + 8 * u;               // its partners' first dim (pairs_half)
+    const bool rotary = rope && (pairs_half || 8 * c < 2 * rot_half);
+    uint4 xv = make_uint4(0, 0, 0, 0), yv = xv;
+    if (r < rows_here) {
+      const T* src = q + (static_cast<std::int64_t>(q_row0 + i_first + r / G) * p.num_qo_heads +
+                          kv_head * G + r % G) *
+                             D;
+      xv = __ldg(reinterpret_cast<const uint4*>(src + 8 * c));
+      if (pairs_half) yv = __ldg(reinterpret_cast<const uint4*>(src + y_at));
+      const int i = r / G;
+      const float2* cr = coarse + (row_step ? (i >> 4) - a0 : 0) * kStride;
+      const float2* fr = fine + (row_step ? i & 15 : 0) * kStride;
+      std::uint32_t* xw = reinterpret_cast<std::uint32_t*>(&xv);
+      std::uint32_t* yw = reinterpret_cast<std::uint32_t*>(&yv);
+      const float f = rotary ? q_scale : pass_scale;
 #pragma unroll
-    for (int v = 0; v < 4; ++v) {
-      float2 x = ptx::unpack2<T>(xw[v]);
-      x.x *= f, x.y *= f;
-      if (it.pairs_half) {  // pairs 8u + 2v, + 1: dims (8u + 2v, rot_half + 8u + 2v), (+1, +1)
-        const int j = 8 * it.u + 2 * v;
-        float2 y = ptx::unpack2<T>(yw[v]);
-        y.x *= f, y.y *= f;
-        rotate_pair(x.x, y.x, combine_angles(cr[j], fr[j]));
-        rotate_pair(x.y, y.y, combine_angles(cr[j + 1], fr[j + 1]));
-        yw[v] = ptx::pack2<T>(y.x, y.y);
-      } else if (rotary) {  // interleaved pair 4c + v: dims 8c + 2v, + 1
-        const int j = 4 * it.c + v;
-        rotate_pair(x.x, x.y, combine_angles(cr[j], fr[j]));
+      for (int w = 0; w < 4; ++w) {
+        float2 x = ptx::unpack2<T>(xw[w]);
+        x.x *= f, x.y *= f;
+        if (pairs_half) {  // pairs 8u + 2w, + 1: dims (8u + 2w, rot_half + 8u + 2w), (+1, +1)
+          const int j = 8 * u + 2 * w;
+          float2 y = ptx::unpack2<T>(yw[w]);
+          y.x *= f, y.y *= f;
+          rotate_pair(x.x, y.x, combine_angles(cr[j], fr[j]));
+          rotate_pair(x.y, y.y, combine_angles(cr[j + 1], fr[j + 1]));
+          yw[w] = ptx::pack2<T>(y.x, y.y);
+        } else if (rotary) {  // interleaved pair 4c + w: dims 8c + 2w, + 1
+          const int j = 4 * c + w;
+          rotate_pair(x.x, x.y, combine_angles(cr[j], fr[j]));
+        }
+        xw[w] = ptx::pack2<T>(x.x, x.y);
       }
-      xw[v] = ptx::pack2<T>(x.x, x.y);
     }
-    *x_at = xv;
-    if (it.pairs_half) *y_at = yv;
+    *reinterpret_cast<uint4*>(q_op + blocked_swizzle<D, kPrefillRows>(r, c)) = xv;
+    if (pairs_half) *reinterpret_cast<uint4*>(q_op + blocked_swizzle<D, kPrefillRows>(r, y_at >> 3)) = yv;
   }
 }
 

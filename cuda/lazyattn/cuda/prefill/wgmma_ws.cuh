@@ -22,8 +22,8 @@
 //    over all head dims on a tuned path.
 //  - Head dim 256 (kQSmem): the query's fragments (64 registers) do not fit beside the 128 of
 //    O, so S = Q K^T takes the query from shared memory, rotated for each segment straight from
-//    the raw query in global memory (wgmma_query_tile_copy and _rotate: every layout at run
-//    time, so no kAnyRotary build), and the K/V ring has two stages of 64 KiB.
+//    the raw query in global memory (wgmma_query_tile: every layout at run time, so no
+//    kAnyRotary build), and the K/V ring has two stages of 64 KiB.
 //  - Overlap inside a warpgroup: S(j) and P(j-1) V(j-1) are issued back to back; tile j's
 //    softmax runs under P V; O is rescaled after the wait.
 //  - Overlap between the computing warpgroups: they take turns issuing their wgmmas (two named
@@ -355,31 +355,25 @@ __global__ void __launch_bounds__(kWgmmaWsThreads, 1)
   }
 
   // Head dim 256: this warpgroup's 64 rows of the query tile, rotated for the segment starting
-  // at seg_start (R(m - s) q, or q scaled for RoPE off), from the raw query in global memory:
-  // its copies go out first, then its warpgroup's coarse table R(m_first - s + 16 a) is computed
-  // under them (4 rows: its 64 rows hold at most 64 queries), then each thread rotates its own
-  // chunks in place; then visible to the warpgroup's wgmmas. Called with no wgmma of the
-  // warpgroup in flight (and, past the first build, after the barrier below: the warpgroup's
-  // reads of the query tile and the coarse table are done).
+  // at seg_start (R(m - s) q, or q scaled for RoPE off), from the raw query in global memory, with
+  // its warpgroup's coarse table R(m_first - s + 16 a) computed first (4 rows: its 64 rows hold at
+  // most 64 queries); then visible to the warpgroup's wgmmas. Called with no wgmma of the
+  // warpgroup in flight.
   [[maybe_unused]] T* const q_op = reinterpret_cast<T*>(smem + Shape::kQRaw);
   [[maybe_unused]] auto build_query_tile = [&](std::int64_t seg_start) {
     float2* coarse = cs_q + wg * 4 * kHalf;
-    if (kRope) wg_barrier();  // the last build's reads of the coarse table are done
-    wgmma_query_tile_copy<T, D>(p, q_op, wg, wg_tid, q_row0, i_first, rows_here, G, kv_head,
-                                kRope, rot_half, interleaved);
-    ptx::cp_async_commit();
     if (kRope) {
       const int a0 = row_step ? (64 * wg / G) >> 4 : 0;
+      wg_barrier();  // the last build's reads of the coarse table are done
       for (int i = wg_tid; i < 4 * kHalf; i += 128)
         if (i % kHalf < rot_half)
           coarse[i] = rope_cos_sin(m_first - seg_start + 16 * row_step * (a0 + i / kHalf),
                                    s_turns[i % kHalf]);
+      wg_barrier();
     }
-    ptx::cp_async_wait<0>();  // this thread's chunks (the computing threads have no other copies)
-    if (kRope) wg_barrier();  // the coarse table
-    wgmma_query_tile_rotate<T, D>(q_op, coarse, cs_off, wg, wg_tid, rows_here, G, kRope,
-                                  rot_half, interleaved, row_step, q_scale,
-                                  kRope ? p.sm_scale_log2 : q_scale);
+    wgmma_query_tile<T, D>(p, q_op, coarse, cs_off, wg, wg_tid, q_row0, i_first, rows_here, G,
+                           kv_head, kRope, rot_half, interleaved, row_step, q_scale,
+                           kRope ? p.sm_scale_log2 : q_scale);
     ptx::fence_proxy_async_smem();  // the generic-proxy stores, before wgmma reads them
     wg_barrier();
   };
