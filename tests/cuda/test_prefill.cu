@@ -179,6 +179,41 @@ TEST_CASE("the wgmma prefill kernels on requests of one segment", "[cuda][prefil
   }
 }
 
+// The one-segment builds (the encodings' case) in both storage forms and every rotary layout:
+// raw and local tails (local ones also as absolute-form tails: local from position 0),
+// rotate-half and interleaved pairs, every dim rotary, half or a quarter of them, at head dims
+// 128 and 64 (at 64 a quarter of the dims, 16, is no rotate-half layout the kernels take); GQA
+// groups 1, 4 and 8, page sizes 16, 32 and 64, positions near 2^24 and 2^40, and the queries'
+// first row past the tail's first key, in turn.
+TEST_CASE("the wgmma prefill kernel's one-segment builds in every storage form and rotary layout",
+          "[cuda][prefill][hopper]") {
+  const std::array<std::pair<int, int>, 3> heads{{{8, 8}, {16, 4}, {32, 4}}};
+  int i = 0;
+  for (int head_dim : {128, 64}) {
+    for (StorageForm form : {StorageForm::kRaw, StorageForm::kLocal}) {
+      for (PairLayout pairs : {PairLayout::kHalf, PairLayout::kInterleaved}) {
+        for (double partial : {1.0, 0.5, 0.25}) {
+          if (head_dim == 64 && partial == 0.25 && pairs == PairLayout::kHalf) continue;
+          ScenarioSpec spec = wgmma_rag_spec(i % 2 ? 129 : 40, 16 << (i % 3), head_dim);
+          spec.docs_per_request = 0;
+          spec.num_requests = 2;
+          spec.num_queries = {i % 2 ? 129 : 40, 1 + 16 * (i % 4)};
+          spec.doc_form = form;
+          spec.tail_form = form == StorageForm::kLocal && i % 4 == 1 ? StorageForm::kAbsolute : form;
+          spec.pair_layout = pairs;
+          spec.partial_rotary = partial;
+          spec.num_qo_heads = heads[i % 3].first;
+          spec.num_kv_heads = heads[i % 3].second;
+          spec.schedule = i % 4 == 3 ? RopeType::kYarn : RopeType::kLlama3;
+          spec.base_position = i % 2 ? (std::int64_t{1} << 24) - 3000 : std::int64_t{1} << 40;
+          spec.seed = 820 + static_cast<std::uint64_t>(i++);
+          check_wgmma_spec(spec, true);
+        }
+      }
+    }
+  }
+}
+
 // The wgmma kernel over every storage form and rotary layout: documents and tails local, raw,
 // mixed (local documents, raw tail and the reverse) and absolute, rotate-half and interleaved
 // pairs, every dim rotary, half or a quarter of them; GQA groups 1, 4 and 8, page sizes 16, 32
@@ -243,15 +278,15 @@ TEST_CASE("the wgmma prefill kernel on raw keys under dynamic RoPE and in one-se
   }
 }
 
-// Requests of many short segments, in the build that keeps a table of the segments' query
-// rotations (raw tiles and other rotary layouts): it computes every segment's R(-s) in its
-// prologue when the CTA's tiles span at most 64 segments (63 documents and the tail), and per
-// segment between two runs when they span more (64 and 70 documents and the tail); raw documents
+// Requests of many short segments, in the builds that keep a table of the segments' query
+// rotations (the other rotary layouts, per dim): they compute every segment's R(-s) in the
+// prologue when the CTA's tiles span at most 32 segments (31 documents and the tail), and per
+// segment between two runs when they span more (32 and 70 documents and the tail); raw documents
 // or a raw tail, interleaved pairs at head dim 64 and half the dims rotary at 128.
 TEST_CASE("the wgmma prefill kernel on requests of more segments than its table holds",
           "[cuda][prefill][hopper]") {
   int i = 0;
-  for (int docs : {63, 64, 70}) {
+  for (int docs : {31, 32, 70}) {
     for (int head_dim : {128, 64}) {
       ScenarioSpec spec = wgmma_rag_spec(i % 2 ? 129 : 40, 16 << (i % 3), head_dim);
       spec.doc_lengths = {1, 16, 17, 40, 65};

@@ -259,19 +259,27 @@ inline void prefill(const PrefillArgs& args, const DevicePool& pool, const Devic
                 LAZYATTN_CUDA_CHECK_LAUNCH();
               }
             };
-            // Builds: raw tiles or not, rotate-half over all dims or any layout (one-segment
-            // requests in any layout take the general form), and RoPE off. At head dim 256 the
-            // query side reads the layout at run time in every build (wgmma_query_tile).
+            // Builds: one segment per request or more, raw tiles or not, rotate-half over all
+            // dims or any layout, and RoPE off. At head dim 256 the query side reads the layout
+            // at run time in every build (wgmma_query_tile), and raw tiles take the build over
+            // segments (one-segment raw plans are the encodings of raw documents, rare at 256).
             const bool any = D != 256 && (rope.view().rotary_dim != D || rope.view().interleaved != 0);
+            const bool raw = plan.has_raw_segments();
             using detail::prefill_wgmma_kernel;
             if (!args.rope) launch_wgmma(prefill_wgmma_kernel<T, D, false>);
-            else if (plan.has_raw_segments() && any)
+            else if (plan.single_segment_requests() && (D != 256 || !raw)) {
+              if constexpr (D != 256) {
+                if (raw && any) launch_wgmma(prefill_wgmma_kernel<T, D, true, true, true, true>);
+                else if (raw) launch_wgmma(prefill_wgmma_kernel<T, D, true, true, true, false>);
+                else if (any) launch_wgmma(prefill_wgmma_kernel<T, D, true, true, false, true>);
+                else launch_wgmma(prefill_wgmma_kernel<T, D, true, true>);
+              } else {
+                launch_wgmma(prefill_wgmma_kernel<T, D, true, true>);
+              }
+            } else if (raw && any)
               launch_wgmma(prefill_wgmma_kernel<T, D, true, false, true, true>);
-            else if (plan.has_raw_segments())
-              launch_wgmma(prefill_wgmma_kernel<T, D, true, false, true, false>);
+            else if (raw) launch_wgmma(prefill_wgmma_kernel<T, D, true, false, true, false>);
             else if (any) launch_wgmma(prefill_wgmma_kernel<T, D, true, false, false, true>);
-            else if (plan.single_segment_requests())
-              launch_wgmma(prefill_wgmma_kernel<T, D, true, true>);
             else launch_wgmma(prefill_wgmma_kernel<T, D, true>);
             launched = true;
           }

@@ -223,7 +223,7 @@ __device__ __forceinline__ void wgmma_segment_query(std::uint32_t (&qf)[D / 16][
 // ---- other rotary layouts: interleaved (GPT-J) pairs, partial rotary dims -------------------
 // Fragment (kk, r), kk < D / 16, of the thread owning rows row_a, row_a + 8 holds dims d, d + 1
 // with d = 16 kk + 2 t4 + 8 (r / 2) of row row_a + 8 (r % 2). A rotary dim's partner is in the
-// same register (interleaved: d, d + 1 are one pair) or in fragment (kk +- rotary / 32, r)
+// same entry (interleaved: d, d + 1 are one pair) or in fragment (kk +- rotary / 32, r)
 // (rotate-half: partner d +- rotary / 2), so every thread rotates its own elements; dims from
 // rotary_dim on pass through, scaled by sm_scale alone. Whether a fragment's dims are rotary, and
 // which half of a pair they are, depends on kk only (rotary dims come in multiples of 32 in the
@@ -232,44 +232,14 @@ __device__ __forceinline__ void wgmma_segment_query(std::uint32_t (&qf)[D / 16][
 //    loops count to run-time bounds, one loop per layout, and each rotate-half pair is rotated
 //    once for both its members.
 //  - The segment rebuild (wgmma_segment_query_any, inline) writes the A fragments, registers, so
-//    its k-steps are unrolled, and it has no branches on the layout, only selects (the identity
-//    rotation for dims past the rotary ones): branches between the unrolled fragments kept their
-//    shared-memory loads from overlapping, and the rebuild ran several times slower. (One through
-//    q_frag with run-time loops, as the prologue's, ran 10% faster on the RAG tail at head dim
-//    128, but moved ptxas's schedule of the tile loop: 1% slower on encode 16384 at 128 and
-//    7-16% slower at head dim 64, where the tile loop is shorter.)
+//    its k-steps are unrolled; the segment's rotation comes per dim (the kernel's table: cos and
+//    a signed sin for each dim, the identity past the rotary ones), so it has the same few
+//    operations for every dim of every layout and no branch: an entry, its partners' entry (or
+//    itself), the dims' cos/sin, four multiply-adds and one rounding.
 
-struct FragmentPairs {
-  int j;       // the rotary pair of dims d (and d + 1: pair j + 1 in the rotate-half layout)
-  int kp;      // the k-step holding the partners (rotate-half; kk itself otherwise)
-  bool first;  // rotate-half: d is a pair's first member
-  bool rot;    // d < rotary_dim
-};
-__device__ __forceinline__ FragmentPairs fragment_pairs(int kk, int r, int t4, int rotary,
-                                                        bool interleaved) {
-  const int d = 16 * kk + 2 * t4 + 8 * (r >> 1);
-  const int half = rotary / 2;
-  FragmentPairs f;
-  f.rot = 16 * kk < rotary;
-  f.first = interleaved || 16 * kk < half;
-  const int j = interleaved ? d >> 1 : f.first ? d : d - half;
-  const int kp = interleaved ? kk : f.first ? kk + rotary / 32 : kk - rotary / 32;
-  f.j = f.rot ? j : 0;
-  f.kp = f.rot ? kp : kk;
-  return f;
-}
-// Dims (x.x, x.y) rotated by their pairs' cos/sin (c0 for pair j, c1 for j + 1), partners y
-// (rotate-half); interleaved, (x.x, x.y) is pair j itself. Identity where !f.rot.
-__device__ __forceinline__ float2 rotate_fragment(float2 x, float2 y, float2 c0, float2 c1,
-                                                  const FragmentPairs& f, bool interleaved) {
-  const float2 id = make_float2(1.0f, 0.0f);
-  c0 = f.rot ? c0 : id;
-  c1 = f.rot ? c1 : id;
-  float2 xi = x;
-  rotate_pair(xi.x, xi.y, c0);
-  const float2 xh = make_float2(rotate_element(x.x, y.x, c0, f.first),
-                                rotate_element(x.y, y.y, c1, f.first));
-  return interleaved ? xi : xh;
+// Slot of fragment (kk, r) of this thread in q_pre for the other layouts: [4 kk + r][thread].
+__device__ __forceinline__ int wgmma_q_pre_slot(int kk, int r, int tid) {
+  return (4 * kk + r) * kWgmmaPrefillThreads + tid;
 }
 
 // Dims dim, dim + 1 of the raw query's row `row` (blocked_swizzle layout), in fp32.
@@ -279,19 +249,40 @@ __device__ __forceinline__ float2 wgmma_query_dims(const T* q_raw, int row, int 
   return ptx::unpack2<T>(*reinterpret_cast<const std::uint32_t*>(at));
 }
 
-// wgmma_rotate_query for the other layouts: fragment (kk, r) of R(m) q into q_pre at
-// wgmma_q_pre_index(kk % (D / 32), r, kk / (D / 32), tid) (the same slots), rotary dims scaled by
-// q_scale, the others by pass_scale; query row i's angle from the coarse table at 16 (i / 16)
-// combined with the offset table at i % 16 (both [row][pair], a row stride of D / 2 pairs). The
-// loops over k-steps count to run-time bounds (the rotary k-steps, then the rest): q_pre is in
+// Where wgmma_rotate_query_any puts fragment kk (kk < D / 16; its four entries r) of this
+// thread's query: fp32 into q_pre (wgmma_q_pre_slot, for the segment rebuild), or rounded once
+// into the A fragments of q_frag (the one-segment form: the query is final).
+struct QueryToPre {
+  float2* q_pre;
+  int tid;
+  __device__ __forceinline__ void operator()(int kk, const float2 (&v)[4]) const {
+#pragma unroll
+    for (int r = 0; r < 4; ++r) q_pre[wgmma_q_pre_slot(kk, r, tid)] = v[r];
+  }
+};
+template <class T>
+struct QueryToFrag {
+  uint4* q_frag;
+  int tid;
+  __device__ __forceinline__ void operator()(int kk, const float2 (&v)[4]) const {
+    q_frag[kk * kWgmmaPrefillThreads + tid] =
+        make_uint4(ptx::pack2<T>(v[0].x, v[0].y), ptx::pack2<T>(v[1].x, v[1].y),
+                   ptx::pack2<T>(v[2].x, v[2].y), ptx::pack2<T>(v[3].x, v[3].y));
+  }
+};
+
+// wgmma_rotate_query for the other layouts: fragment kk of R(m) q (or R(m - s) q, with the
+// tables at m - s) through `store` (QueryToPre, QueryToFrag), rotary dims scaled by q_scale, the
+// others by pass_scale; query row i's angle from the coarse table at 16 (i / 16) combined with
+// the offset table at i % 16 (both [row][pair], a row stride of D / 2 pairs). The loops over
+// k-steps count to run-time bounds (the rotary k-steps, then the rest): the destinations are in
 // shared memory, so no fragment index needs to be known at compile time here.
-template <class T, int D>
-__device__ __noinline__ void wgmma_rotate_query_any(const T* q_raw, float2* q_pre,
+template <class T, int D, class Store>
+__device__ __noinline__ void wgmma_rotate_query_any(const T* q_raw, Store store,
                                                     const float2* cs_q, const float2* cs_off,
-                                                    int row_a, int G, int t4, int tid,
-                                                    int rotary, bool interleaved, float q_scale,
+                                                    int row_a, int G, int t4, int rotary,
+                                                    bool interleaved, float q_scale,
                                                     float pass_scale) {
-  constexpr int kHalfSteps = D / 32;  // k-steps per half of the head dim (q_pre's hi slot)
   constexpr int kStride = D / 2;
   const int ia = row_a / G, ib = (row_a + 8) / G;
   const int rot_steps = rotary / 16;
@@ -299,73 +290,72 @@ __device__ __noinline__ void wgmma_rotate_query_any(const T* q_raw, float2* q_pr
     const int i = (r & 1) ? ib : ia;
     return combine_angles(cs_q[(i >> 4) * kStride + j], cs_off[(i & 15) * kStride + j]);
   };
-  auto store = [&](int kk, int r, float2 v) {
-    q_pre[wgmma_q_pre_index(kk % kHalfSteps, r, kk / kHalfSteps, tid)] = v;
-  };
   auto scaled = [](float2 v, float f) { return make_float2(v.x * f, v.y * f); };
   if (interleaved) {
     for (int kk = 0; kk < rot_steps; ++kk) {
+      float2 x[4];
 #pragma unroll
       for (int r = 0; r < 4; ++r) {
         const int d = 16 * kk + 2 * t4 + 8 * (r >> 1);
-        float2 x = scaled(wgmma_query_dims<T, D>(q_raw, row_a + 8 * (r & 1), d), q_scale);
-        rotate_pair(x.x, x.y, angle(r, d >> 1));
-        store(kk, r, x);
+        x[r] = scaled(wgmma_query_dims<T, D>(q_raw, row_a + 8 * (r & 1), d), q_scale);
+        rotate_pair(x[r].x, x[r].y, angle(r, d >> 1));
       }
+      store(kk, x);
     }
   } else {
     // Pairs (j, j + rotary / 2): the first half's fragment kk with its partners' fragment
     // kk + rotary / 32, both rotated and stored here.
     const int half = rotary / 2, shift = rotary / 32;
     for (int kk = 0; kk < shift; ++kk) {
+      float2 x[4], y[4];
 #pragma unroll
       for (int r = 0; r < 4; ++r) {
         const int d = 16 * kk + 2 * t4 + 8 * (r >> 1);
         const int row = row_a + 8 * (r & 1);
-        float2 x = scaled(wgmma_query_dims<T, D>(q_raw, row, d), q_scale);
-        float2 y = scaled(wgmma_query_dims<T, D>(q_raw, row, d + half), q_scale);
-        rotate_pair(x.x, y.x, angle(r, d));
-        rotate_pair(x.y, y.y, angle(r, d + 1));
-        store(kk, r, x);
-        store(kk + shift, r, y);
+        x[r] = scaled(wgmma_query_dims<T, D>(q_raw, row, d), q_scale);
+        y[r] = scaled(wgmma_query_dims<T, D>(q_raw, row, d + half), q_scale);
+        rotate_pair(x[r].x, y[r].x, angle(r, d));
+        rotate_pair(x[r].y, y[r].y, angle(r, d + 1));
       }
+      store(kk, x);
+      store(kk + shift, y);
     }
   }
   for (int kk = rot_steps; kk < D / 16; ++kk) {
+    float2 x[4];
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
       const int d = 16 * kk + 2 * t4 + 8 * (r >> 1);
-      store(kk, r, scaled(wgmma_query_dims<T, D>(q_raw, row_a + 8 * (r & 1), d), pass_scale));
+      x[r] = scaled(wgmma_query_dims<T, D>(q_raw, row_a + 8 * (r & 1), d), pass_scale);
     }
+    store(kk, x);
   }
 }
 
-// A-fragment entry (kk, r) of R(-s) (R(m) q) for the other layouts, from this thread's q_pre
-// (wgmma_rotate_query_any) and the segment's cos/sin `cs` (per pair); kk compile-time.
-template <class T, int D>
-__device__ __forceinline__ std::uint32_t wgmma_segment_fragment(const float2* q_pre,
-                                                                const float2* cs, int kk, int r,
-                                                                int t4, int tid, int rotary,
-                                                                bool interleaved) {
-  const FragmentPairs f = fragment_pairs(kk, r, t4, rotary, interleaved);
-  constexpr int h = D / 32;  // the k-steps of a half
-  const float2 x = q_pre[wgmma_q_pre_index(kk % h, r, kk / h, tid)];
-  const float2 y = q_pre[wgmma_q_pre_index(f.kp % h, r, f.kp / h, tid)];
-  const float2 v = rotate_fragment(x, y, cs[f.j], cs[min(f.j + 1, D / 2 - 1)], f, interleaved);
-  return ptx::pack2<T>(v.x, v.y);
-}
-
-// wgmma_segment_query for the other layouts.
+// wgmma_segment_query for the other layouts: qf = R(-s) (R(m) q) from this thread's q_pre
+// (wgmma_rotate_query_any through QueryToPre) and the segment's rotation per dim, cs_dims[d] =
+// (cos, sin) with the sin signed for d's place in its pair (first -, second +; (1, 0) past the
+// rotary dims): dim d's entry x, its partner's y, x cos + y sin.
 template <class T, int D>
 __device__ __forceinline__ void wgmma_segment_query_any(std::uint32_t (&qf)[D / 16][4],
-                                                        const float2* q_pre, const float2* cs,
-                                                        int t4, int tid, int rotary,
-                                                        bool interleaved) {
+                                                        const float2* q_pre,
+                                                        const float2* cs_dims, int t4, int tid,
+                                                        int rotary, bool interleaved) {
+  const int half = rotary / 2, shift = rotary / 32;
 #pragma unroll
-  for (int kk = 0; kk < D / 16; ++kk)
+  for (int kk = 0; kk < D / 16; ++kk) {
+    // The k-step of this one's partners: rotate-half, kk +- rotary / 32; itself where the
+    // partners are in the same entry (interleaved) or there are none (dims past the rotary).
+    const int kp = interleaved || 16 * kk >= rotary ? kk : 16 * kk < half ? kk + shift : kk - shift;
 #pragma unroll
-    for (int r = 0; r < 4; ++r)
-      qf[kk][r] = wgmma_segment_fragment<T, D>(q_pre, cs, kk, r, t4, tid, rotary, interleaved);
+    for (int r = 0; r < 4; ++r) {
+      const float2 x = q_pre[wgmma_q_pre_slot(kk, r, tid)];
+      const float2 y = q_pre[wgmma_q_pre_slot(kp, r, tid)];
+      const float4 c = *reinterpret_cast<const float4*>(cs_dims + 16 * kk + 2 * t4 + 8 * (r >> 1));
+      const float px = interleaved ? x.y : y.x, py = interleaved ? x.x : y.y;
+      qf[kk][r] = ptx::pack2<T>(x.x * c.x + px * c.y, x.y * c.z + py * c.w);
+    }
+  }
 }
 
 // Head dim 256 (the query in shared memory): rows [64 wg, 64 wg + 64) of the CTA's query tile,

@@ -16,8 +16,9 @@
 //    the same for every row, and one rounding to 16 bits. A new segment's query is built
 //    between the loops over two segments' tiles (no wgmma in flight), so the loop over a
 //    segment's tiles has no RoPE code. kOneSeg (the launcher picks it when every request has at
-//    most one segment: document encodings, chunks of a tail without documents) rotates the
-//    query once, straight to R(m - s), and compiles the rebuild out. Each thread holds both
+//    most one segment: document encodings, chunks of a tail without documents; either form,
+//    every rotary layout) rotates the query once, straight to R(m - s), and compiles the
+//    rebuild out. Each thread holds both
 //    members of every pair it rotates in all layouts (wgmma_query.cuh), the rotate-half layout
 //    over all head dims on a tuned path.
 //  - Head dim 256 (kQSmem): the query's fragments (64 registers) do not fit beside the 128 of
@@ -59,8 +60,8 @@ template <class T, int kD, bool kRope, bool kOneSeg = false, bool kRawTiles = fa
 __global__ void __launch_bounds__(kWgmmaWsThreads, 1)
     prefill_wgmma_kernel(const __grid_constant__ PrefillParams p) {
   static_assert(!kOneSeg || kRope, "the one-segment form rotates its query once");
-  static_assert(!kRawTiles || (kRope && !kOneSeg), "raw tiles: the RoPE build over segments");
-  static_assert(!kAnyRotary || (kRope && !kOneSeg), "other layouts: the RoPE build over segments");
+  static_assert(!kRawTiles || kRope, "raw tiles: a RoPE build");
+  static_assert(!kAnyRotary || kRope, "other layouts: a RoPE build");
   using Shape = WgmmaPrefillShape<kD>;
   constexpr int D = Shape::D;
   constexpr int kThreads = kWgmmaPrefillThreads;
@@ -78,8 +79,9 @@ __global__ void __launch_bounds__(kWgmmaWsThreads, 1)
   float2* q_pre = reinterpret_cast<float2*>(smem + Shape::kQPre);
   uint4* q_frag = reinterpret_cast<uint4*>(smem + Shape::kQFrag);
   float2* cs_seg = reinterpret_cast<float2*>(smem + Shape::kCsSeg);  // [wg][pair]
-  // [segment - seg0][pair]: R(-s) of every segment of the CTA's tiles, in q_frag's space (only
-  // the one-segment build uses q_frag), when they are at most kSegTableRows.
+  // [segment - seg0][dim] (the other rotary layouts, kSegTable): R(-s) of every segment of the
+  // CTA's tiles, in q_frag's space (only the one-segment builds use q_frag), when they are at
+  // most kSegTableRows; else [wg][dim], each warpgroup's current segment.
   float2* seg_table = reinterpret_cast<float2*>(smem + Shape::kQFrag);
   float2* cs_q = reinterpret_cast<float2*>(smem + Shape::kCsQ);      // [8][pair]
   float2* cs_off = reinterpret_cast<float2*>(smem + Shape::kCsOff);  // [16][pair]
@@ -260,23 +262,43 @@ __global__ void __launch_bounds__(kWgmmaWsThreads, 1)
     if (wg == 0) ptx::named_barrier_sync<1, 128>();
     else ptx::named_barrier_sync<2, 128>();
   };
-  auto compute_seg = [&](std::int64_t seg_start) {
-    if (wg_tid < rot_half)
-      cs_seg[wg * kHalf + wg_tid] = rope_cos_sin(-seg_start, s_turns[wg_tid]);
+  // The other layouts (kAnyRotary) keep a segment's R(-s) per dim, not per pair: dim d's
+  // (cos, sin) signed as rotate_element takes it (a pair's first dim (cos, -sin), its second
+  // (cos, sin)), (1, 0) past the rotary dims, so the rebuild does the same for every layout
+  // (wgmma_segment_query_any). Pair j's two entries of row `row`:
+  auto store_pair_dims = [&](float2* row, int j, float2 c) {
+    row[interleaved ? 2 * j : j] = make_float2(c.x, -c.y);
+    row[interleaved ? 2 * j + 1 : j + rot_half] = c;
+  };
+  // Rows [0, rows) of a per-dim table: (1, 0) past the rotary dims (they never change).
+  auto store_pass_dims = [&](float2* table, int rows) {
+    const int pass = D - 2 * rot_half;
+    for (int i = tid; i < rows * pass; i += kThreads)
+      table[(i / pass) * D + 2 * rot_half + i % pass] = make_float2(1.0f, 0.0f);
   };
   // The CTA's segments are consecutive (one request's), seg0 the first tile's. In the builds
-  // with raw tiles and other rotary layouts (kSegTable), when the CTA's tiles span at most
-  // kSegTableRows segments, the prologue computes every segment's R(-s) once for both warpgroups
-  // (seg_table) and a rebuild between two runs only rotates the query; otherwise each rebuild
-  // computes its segment's into the warpgroup's cs_seg between two warpgroup barriers. A/B on
-  // the H200 (two rounds, every prefill shape at head dims 128 and 64): with the table, those
-  // builds ran 0.1-3% faster at every shape; the other builds moved -1.5% to +2.4% (the raw
-  // encodings at head dim 64 +2%: the prologue's extra loads of the segments' starts), so they
-  // keep computing per rebuild.
-  constexpr bool kSegTable = kRawTiles && kAnyRotary;
-  constexpr int kSegTableRows = (D / 16) * kThreads * 16 / (kHalf * 8);  // 64
+  // of the other rotary layouts (kSegTable), when the CTA's tiles span at most kSegTableRows
+  // segments, the prologue computes every segment's R(-s) once for both warpgroups (seg_table)
+  // and a rebuild between two runs only rotates the query; otherwise each rebuild computes its
+  // segment's into the warpgroup's row between two warpgroup barriers (rows 0 and 1 of the same
+  // space). A/B on the H200 (two rounds, every prefill shape at head dims 128 and 64): with the
+  // table, the raw build of these layouts ran 0.1-3% faster at every shape; the rotate-half
+  // builds moved -1.5% to +2.4% (the raw encodings at head dim 64 +2%: the prologue's extra
+  // loads of the segments' starts), so they keep computing per rebuild.
+  constexpr bool kSegTable = kAnyRotary && !kOneSeg;
+  constexpr int kSegRow = kAnyRotary ? D : kHalf;  // a row's entries: per dim or per pair
+  constexpr int kSegTableRows = (D / 16) * kThreads * 16 / (kSegRow * 8);  // 32 or 64
   [[maybe_unused]] int seg0 = 0;
   [[maybe_unused]] bool use_table = false;
+  // The warpgroup's row where the table does not hold the CTA's segments.
+  auto own_cs_row = [&] { return kAnyRotary ? seg_table + wg * D : cs_seg + wg * kHalf; };
+  auto compute_seg = [&](std::int64_t seg_start) {
+    if (wg_tid < rot_half) {
+      const float2 c = rope_cos_sin(-seg_start, s_turns[wg_tid]);
+      if constexpr (kAnyRotary) store_pair_dims(own_cs_row(), wg_tid, c);
+      else cs_seg[wg * kHalf + wg_tid] = c;
+    }
+  };
   // Every dim rotary in the rotate-half layout: the query side's tuned path (pairs d, d + D / 2
   // in k-steps kk, kk + D / 32); interleaved pairs and partial rotary dims take the general one.
   constexpr bool full_half = !kAnyRotary;
@@ -347,9 +369,13 @@ __global__ void __launch_bounds__(kWgmmaWsThreads, 1)
         const int seg = seg0 + i / kHalf;
         const std::int64_t start = rotation_start(
             static_cast<StorageForm>(p.plan.segment_form[seg]), p.plan.segment_start[seg]);
-        seg_table[i] = rope_cos_sin(-start, s_turns[i % kHalf]);
+        const float2 c = rope_cos_sin(-start, s_turns[i % kHalf]);
+        if constexpr (kAnyRotary) store_pair_dims(seg_table + (i / kHalf) * D, i % kHalf, c);
+        else seg_table[i] = c;
       }
+      if constexpr (kAnyRotary) store_pass_dims(seg_table, nseg);
     } else {
+      if constexpr (kAnyRotary) store_pass_dims(seg_table, 2);
       compute_seg(q_seg_start);
     }
   }
@@ -391,7 +417,10 @@ __global__ void __launch_bounds__(kWgmmaWsThreads, 1)
     if constexpr (kQSmem) {
       build_query_tile(q_seg_start);
     } else if constexpr (kOneSeg) {
-      wgmma_rotate_query_frag<T, D>(q_raw, q_frag, cs_q, cs_off, row_a, G, t4, tid);
+      if constexpr (kAnyRotary)  // the query scale is in the coarse table (rotary dims only)
+        wgmma_rotate_query_any<T, D>(q_raw, QueryToFrag<T>{q_frag, tid}, cs_q, cs_off, row_a, G,
+                                     t4, p.rope.rotary_dim, interleaved, 1.0f, p.sm_scale_log2);
+      else wgmma_rotate_query_frag<T, D>(q_raw, q_frag, cs_q, cs_off, row_a, G, t4, tid);
 #pragma unroll
       for (int kk = 0; kk < KSteps; ++kk) {
         const uint4 f = q_frag[kk * kThreads + tid];
@@ -401,8 +430,8 @@ __global__ void __launch_bounds__(kWgmmaWsThreads, 1)
       if constexpr (full_half)
         wgmma_rotate_query<T, D>(q_raw, q_pre, cs_q, cs_off, row_a, G, t4, tid, q_scale);
       else
-        wgmma_rotate_query_any<T, D>(q_raw, q_pre, cs_q, cs_off, row_a, G, t4, tid,
-                                  p.rope.rotary_dim, interleaved, q_scale, p.sm_scale_log2);
+        wgmma_rotate_query_any<T, D>(q_raw, QueryToPre{q_pre, tid}, cs_q, cs_off, row_a, G, t4,
+                                     p.rope.rotary_dim, interleaved, q_scale, p.sm_scale_log2);
     } else {
       wgmma_scaled_query<T, D>(qf, q_raw, row_a, t4, q_scale);
     }
@@ -516,18 +545,18 @@ __global__ void __launch_bounds__(kWgmmaWsThreads, 1)
   // starting at `seg_start`. Only here, outside the loop over a segment's tiles, which then has
   // no RoPE code at all (RoPE code in it slows every tile).
   // The cos/sin of the first segment's query (kRope, not kOneSeg).
-  auto first_cs = [&] { return use_table ? seg_table : cs_seg + wg * kHalf; };
+  auto first_cs = [&] { return use_table ? seg_table : own_cs_row(); };
   auto rebuild_query = [&](std::int64_t seg_start, int segment) {
     if constexpr (kQSmem) {
       build_query_tile(seg_start);
     } else {
-      const float2* cs = seg_table + (segment - seg0) * kHalf;
+      const float2* cs = seg_table + (segment - seg0) * kSegRow;
       if (!kSegTable || !use_table) {
         wg_barrier();  // the last build's reads of the buffer are done (warpgroup 0 passes no
                        // CTA barrier between the prologue's build and the first run)
         compute_seg(seg_start);
         wg_barrier();
-        cs = cs_seg + wg * kHalf;
+        cs = own_cs_row();
       }
       build_query(cs);
     }
