@@ -71,10 +71,12 @@ void check_prefill(const test::ref::Scenario& sc) {
   const gpu::ErrorBars bars = gpu::eager_error_bars(sc, -1, ref.out, ref.lse);
   REQUIRE(bars.eager_unwritten == 0);
   const double eager_out = bars.out, eager_lse = bars.lse;
-  // Every output written, outputs and log-sum-exps under the error rule.
-  auto check_result = [&](const gpu::GpuResult& got) {
+  // Every output written, outputs and log-sum-exps under the error rule. extra_out: more absolute
+  // tolerance on the outputs.
+  auto check_result = [&](const gpu::GpuResult& got, double extra_out = 0.0) {
     CHECK(got.unwritten == 0);
-    std::string r1 = gpu::check_error_rule(got.out, ref.out, eager_out, 1e-3 * scale + 1e-5);
+    std::string r1 =
+        gpu::check_error_rule(got.out, ref.out, eager_out, 1e-3 * scale + 1e-5 + extra_out);
     INFO(r1);
     CHECK(r1.empty());
     std::string r2 = gpu::check_error_rule(got.lse, ref.lse, eager_lse, 1e-3);
@@ -96,8 +98,13 @@ void check_prefill(const test::ref::Scenario& sc) {
       INFO("kernel " << cuda::to_string(kernel) << ", kv_splits " << splits);
       check_result(got);
       if (splits == 0) {
+        // A query rotated at its own position comes rounded to 16 bits, and the kernels round it
+        // again after R(-s) (R(-n)): one rounding more than the eager baseline's query, so its
+        // outputs get one rounding of the largest output more (half an ulp at its magnitude; a
+        // one-ulp flip at a rounding boundary went past the plain bar once in 331,776 outputs).
         INFO("queries rotated at their own positions (query_rotated)");
-        check_result(ds.deferred_rotated());
+        const double ulp = spec.dtype == DType::kBFloat16 ? 0x1p-8 : 0x1p-11;
+        check_result(ds.deferred_rotated(), ulp * scale);
       }
     }
   }
@@ -179,13 +186,14 @@ TEST_CASE("the wgmma prefill kernels on requests of one segment", "[cuda][prefil
   }
 }
 
-// The one-segment builds (the encodings' case) in both storage forms and every rotary layout:
-// raw and local tails (local ones also as absolute-form tails: local from position 0),
+// Requests of one segment (the encodings' case) in both storage forms and every rotary layout
+// (the local ones take the one-segment builds, the raw ones the builds over segments): raw and
+// local tails (local ones also as absolute-form tails: local from position 0),
 // rotate-half and interleaved pairs, every dim rotary, half or a quarter of them, at head dims
 // 128 and 64 (at 64 a quarter of the dims, 16, is no rotate-half layout the kernels take); GQA
 // groups 1, 4 and 8, page sizes 16, 32 and 64, positions near 2^24 and 2^40, and the queries'
 // first row past the tail's first key, in turn.
-TEST_CASE("the wgmma prefill kernel's one-segment builds in every storage form and rotary layout",
+TEST_CASE("the wgmma prefill kernel on one-segment requests in every storage form and rotary layout",
           "[cuda][prefill][hopper]") {
   const std::array<std::pair<int, int>, 3> heads{{{8, 8}, {16, 4}, {32, 4}}};
   int i = 0;

@@ -259,24 +259,20 @@ inline void prefill(const PrefillArgs& args, const DevicePool& pool, const Devic
                 LAZYATTN_CUDA_CHECK_LAUNCH();
               }
             };
-            // Builds: one segment per request or more, raw tiles or not, rotate-half over all
-            // dims or any layout, and RoPE off. At head dim 256 the query side reads the layout
-            // at run time in every build (wgmma_query_tile), and raw tiles take the build over
-            // segments (one-segment raw plans are the encodings of raw documents, rare at 256).
+            // Builds: local (and absolute) form alone or raw tiles too, one segment per request
+            // or more, rotate-half over all dims or any layout, and RoPE off. At head dim 256 the
+            // query side reads the layout at run time in every build (wgmma_query_tile). Plans
+            // with raw segments take the builds over segments even where every request has one
+            // (raw documents' encodings): with raw tiles the one-segment form measured slower
+            // (docs/06-cuda.md).
             const bool any = D != 256 && (rope.view().rotary_dim != D || rope.view().interleaved != 0);
             const bool raw = plan.has_raw_segments();
+            const bool one = !raw && plan.single_segment_requests();
             using detail::prefill_wgmma_kernel;
             if (!args.rope) launch_wgmma(prefill_wgmma_kernel<T, D, false>);
-            else if (plan.single_segment_requests() && (D != 256 || !raw)) {
-              if constexpr (D != 256) {
-                if (raw && any) launch_wgmma(prefill_wgmma_kernel<T, D, true, true, true, true>);
-                else if (raw) launch_wgmma(prefill_wgmma_kernel<T, D, true, true, true, false>);
-                else if (any) launch_wgmma(prefill_wgmma_kernel<T, D, true, true, false, true>);
-                else launch_wgmma(prefill_wgmma_kernel<T, D, true, true>);
-              } else {
-                launch_wgmma(prefill_wgmma_kernel<T, D, true, true>);
-              }
-            } else if (raw && any)
+            else if (one && any) launch_wgmma(prefill_wgmma_kernel<T, D, true, true, false, true>);
+            else if (one) launch_wgmma(prefill_wgmma_kernel<T, D, true, true>);
+            else if (raw && any)
               launch_wgmma(prefill_wgmma_kernel<T, D, true, false, true, true>);
             else if (raw) launch_wgmma(prefill_wgmma_kernel<T, D, true, false, true, false>);
             else if (any) launch_wgmma(prefill_wgmma_kernel<T, D, true, false, false, true>);

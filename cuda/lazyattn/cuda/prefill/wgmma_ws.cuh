@@ -16,11 +16,10 @@
 //    the same for every row, and one rounding to 16 bits. A new segment's query is built
 //    between the loops over two segments' tiles (no wgmma in flight), so the loop over a
 //    segment's tiles has no RoPE code. kOneSeg (the launcher picks it when every request has at
-//    most one segment: document encodings, chunks of a tail without documents; either form,
+//    most one segment and none is raw: document encodings, chunks of a tail without documents;
 //    every rotary layout) rotates the query once, straight to R(m - s), and compiles the
-//    rebuild out. Each thread holds both
-//    members of every pair it rotates in all layouts (wgmma_query.cuh), the rotate-half layout
-//    over all head dims on a tuned path.
+//    rebuild out. Each thread holds both members of every pair it rotates in all layouts
+//    (wgmma_query.cuh), the rotate-half layout over all head dims on a tuned path.
 //  - Head dim 256 (kQSmem): the query's fragments (64 registers) do not fit beside the 128 of
 //    O, so S = Q K^T takes the query from shared memory, rotated for each segment straight from
 //    the raw query in global memory (wgmma_query_tile: every layout at run time, so no
@@ -60,7 +59,7 @@ template <class T, int kD, bool kRope, bool kOneSeg = false, bool kRawTiles = fa
 __global__ void __launch_bounds__(kWgmmaWsThreads, 1)
     prefill_wgmma_kernel(const __grid_constant__ PrefillParams p) {
   static_assert(!kOneSeg || kRope, "the one-segment form rotates its query once");
-  static_assert(!kRawTiles || kRope, "raw tiles: a RoPE build");
+  static_assert(!kRawTiles || (kRope && !kOneSeg), "raw tiles: the RoPE build over segments");
   static_assert(!kAnyRotary || kRope, "other layouts: a RoPE build");
   using Shape = WgmmaPrefillShape<kD>;
   constexpr int D = Shape::D;
