@@ -147,6 +147,23 @@ void check_wgmma_spec(const ScenarioSpec& spec, bool one_segment = false) {
   check_prefill(sc);
 }
 
+// Scenario i of a sweep over storage forms and rotary layouts (the caller sets the forms):
+// 40 or 129 queries, page sizes 16, 32 and 64, GQA groups 1, 4 and 8, Llama 3's or YaRN's
+// schedule, positions near 2^40 and 2^24, in turn; seed seed0 + i.
+ScenarioSpec layout_sweep_spec(int i, int head_dim, PairLayout pairs, double partial,
+                               std::uint64_t seed0) {
+  const std::array<std::pair<int, int>, 3> heads{{{8, 8}, {16, 4}, {32, 4}}};
+  ScenarioSpec spec = wgmma_rag_spec(i % 2 ? 129 : 40, 16 << (i % 3), head_dim);
+  spec.pair_layout = pairs;
+  spec.partial_rotary = partial;
+  spec.num_qo_heads = heads[i % 3].first;
+  spec.num_kv_heads = heads[i % 3].second;
+  spec.schedule = i % 4 == 3 ? RopeType::kYarn : RopeType::kLlama3;
+  spec.base_position = i % 2 ? (std::int64_t{1} << 24) - 3000 : std::int64_t{1} << 40;
+  spec.seed = seed0 + static_cast<std::uint64_t>(i);
+  return spec;
+}
+
 }  // namespace
 
 // Small enough for compute-sanitizer (scripts/gpu-check runs memcheck and racecheck on it): the
@@ -195,26 +212,19 @@ TEST_CASE("the wgmma prefill kernels on requests of one segment", "[cuda][prefil
 // first row past the tail's first key, in turn.
 TEST_CASE("the wgmma prefill kernel on one-segment requests in every storage form and rotary layout",
           "[cuda][prefill][hopper]") {
-  const std::array<std::pair<int, int>, 3> heads{{{8, 8}, {16, 4}, {32, 4}}};
   int i = 0;
   for (int head_dim : {128, 64}) {
     for (StorageForm form : {StorageForm::kRaw, StorageForm::kLocal}) {
       for (PairLayout pairs : {PairLayout::kHalf, PairLayout::kInterleaved}) {
         for (double partial : {1.0, 0.5, 0.25}) {
           if (head_dim == 64 && partial == 0.25 && pairs == PairLayout::kHalf) continue;
-          ScenarioSpec spec = wgmma_rag_spec(i % 2 ? 129 : 40, 16 << (i % 3), head_dim);
+          ScenarioSpec spec = layout_sweep_spec(i, head_dim, pairs, partial, 820);
           spec.docs_per_request = 0;
           spec.num_requests = 2;
           spec.num_queries = {i % 2 ? 129 : 40, 1 + 16 * (i % 4)};
           spec.doc_form = form;
           spec.tail_form = form == StorageForm::kLocal && i % 4 == 1 ? StorageForm::kAbsolute : form;
-          spec.pair_layout = pairs;
-          spec.partial_rotary = partial;
-          spec.num_qo_heads = heads[i % 3].first;
-          spec.num_kv_heads = heads[i % 3].second;
-          spec.schedule = i % 4 == 3 ? RopeType::kYarn : RopeType::kLlama3;
-          spec.base_position = i % 2 ? (std::int64_t{1} << 24) - 3000 : std::int64_t{1} << 40;
-          spec.seed = 820 + static_cast<std::uint64_t>(i++);
+          ++i;
           check_wgmma_spec(spec, true);
         }
       }
@@ -237,24 +247,17 @@ TEST_CASE("the wgmma prefill kernel in every storage form and rotary layout",
                                     {StorageForm::kLocal, StorageForm::kRaw},
                                     {StorageForm::kRaw, StorageForm::kLocal},
                                     {StorageForm::kLocal, StorageForm::kAbsolute}}};
-  const std::array<std::pair<int, int>, 3> heads{{{8, 8}, {16, 4}, {32, 4}}};
   int i = 0;
   for (int head_dim : {128, 64, 256}) {
     for (const Forms& f : forms) {
       for (PairLayout pairs : {PairLayout::kHalf, PairLayout::kInterleaved}) {
         for (double partial : {1.0, 0.5, 0.25}) {
           if (head_dim == 64 && partial == 0.25 && pairs == PairLayout::kHalf) continue;
-          ScenarioSpec spec = wgmma_rag_spec(i % 2 ? 129 : 40, 16 << (i % 3), head_dim);
+          ScenarioSpec spec = layout_sweep_spec(i, head_dim, pairs, partial, 700);
           spec.doc_form = f.doc;
           spec.tail_form = f.tail;
-          spec.pair_layout = pairs;
-          spec.partial_rotary = partial;
-          spec.num_qo_heads = heads[i % 3].first;
-          spec.num_kv_heads = heads[i % 3].second;
-          spec.schedule = i % 4 == 3 ? RopeType::kYarn : RopeType::kLlama3;
-          spec.base_position = i % 2 ? (std::int64_t{1} << 24) - 3000 : std::int64_t{1} << 40;
           spec.empty_segment = i % 5 == 2;
-          spec.seed = 700 + static_cast<std::uint64_t>(i++);
+          ++i;
           check_wgmma_spec(spec);
         }
       }
