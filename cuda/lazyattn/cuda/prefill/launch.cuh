@@ -269,14 +269,15 @@ inline void prefill(const PrefillArgs& args, const DevicePool& pool, const Devic
             const bool raw = plan.has_raw_segments();
             const bool one = !raw && plan.single_segment_requests();
             using detail::prefill_wgmma_kernel;
+            auto launch_rope = [&](auto any_layout) {  // the RoPE builds of one query path
+              constexpr bool kAny = decltype(any_layout)::value;
+              if (one) launch_wgmma(prefill_wgmma_kernel<T, D, true, true, false, kAny>);
+              else if (raw) launch_wgmma(prefill_wgmma_kernel<T, D, true, false, true, kAny>);
+              else launch_wgmma(prefill_wgmma_kernel<T, D, true, false, false, kAny>);
+            };
             if (!args.rope) launch_wgmma(prefill_wgmma_kernel<T, D, false>);
-            else if (one && any) launch_wgmma(prefill_wgmma_kernel<T, D, true, true, false, true>);
-            else if (one) launch_wgmma(prefill_wgmma_kernel<T, D, true, true>);
-            else if (raw && any)
-              launch_wgmma(prefill_wgmma_kernel<T, D, true, false, true, true>);
-            else if (raw) launch_wgmma(prefill_wgmma_kernel<T, D, true, false, true, false>);
-            else if (any) launch_wgmma(prefill_wgmma_kernel<T, D, true, false, false, true>);
-            else launch_wgmma(prefill_wgmma_kernel<T, D, true>);
+            else if (!any) launch_rope(std::false_type{});
+            else if constexpr (D != 256) launch_rope(std::true_type{});  // (any is false at 256)
             launched = true;
           }
         }

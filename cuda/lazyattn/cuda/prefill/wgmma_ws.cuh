@@ -62,6 +62,7 @@ __global__ void __launch_bounds__(kWgmmaWsThreads, 1)
   static_assert(!kRawTiles || (kRope && !kOneSeg), "raw tiles: the RoPE build over segments");
   static_assert(!kAnyRotary || kRope, "other layouts: a RoPE build");
   using Shape = WgmmaPrefillShape<kD>;
+  static_assert(!kAnyRotary || !Shape::kQInSmem, "head dim 256 reads the layout in every build");
   constexpr int D = Shape::D;
   constexpr int kThreads = kWgmmaPrefillThreads;
   constexpr bool kQSmem = Shape::kQInSmem;  // head dim 256
