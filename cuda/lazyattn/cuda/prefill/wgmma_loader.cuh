@@ -1,0 +1,127 @@
+// The Hopper prefill's loading warpgroup (prefill/wgmma_ws.cuh): it streams one CTA's K/V tiles
+// through the ring of stages with cp.async (page-table gather) in the blocked 128-byte-swizzle
+// layout wgmma's descriptors read, signals each stage on its mbarrier (full) and reuses a stage
+// once both computing warpgroups have released it (empty).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "lazyattn/cuda/kv_tile.cuh"
+#include "lazyattn/cuda/prefill/params.cuh"
+#include "lazyattn/cuda/prefill/raw_keys.cuh"
+#include "lazyattn/cuda/ptx.cuh"
+#include "lazyattn/kv/types.hpp"
+
+namespace lazyattn::cuda::detail {
+
+// Tiles [tile_begin, tile_end) of KV head kv_head into `stages` ([S][K, V][kTileKeys][D], the
+// blocked layout), by loading thread ltid of 128 (lane ltid % 32); the mbarriers full[stage] and
+// empty[stage] are the 8-byte words at bars + 8 stage and bars + 8 (S + stage).
+//  - kRawTiles: raw-form tiles' K comes from the raw-key pass's scratch (prefill/raw_keys.cuh),
+//    read after that grid has completed (the launch may overlap it).
+//  - The hand-over: until the computing warps' prologue has read them, stages 2 and 3 hold its
+//    raw query and tables (kStagesShared), so the warpgroup passes the prologue's CTA barriers
+//    with them before its third tile: the one after the tables' inputs (kTablesBarrier: the
+//    builds over segments with RoPE), the one after the raw query landed, and the one that
+//    lets it write stages 2 and 3.
+template <class T, int D, int S, bool kRawTiles, bool kStagesShared, bool kTablesBarrier>
+__device__ __forceinline__ void wgmma_load_kv(const PrefillParams& p, T* stages, std::uint32_t bars,
+                                              int ltid, int lane, int tile_begin, int tile_end,
+                                              int kv_head) {
+  const int lwarp = ltid >> 5;
+  auto full_bar = [&](int stage) { return bars + 8u * static_cast<unsigned>(stage); };
+  auto empty_bar = [&](int stage) { return bars + 8u * static_cast<unsigned>(S + stage); };
+  const T* k_head = static_cast<const T*>(p.k_pool) + kv_head * p.head_stride;
+  const T* v_head = static_cast<const T*>(p.v_pool) + kv_head * p.head_stride;
+  // The warpgroup copies kPass rows at a time (8 at head dims 128 and 256, 16 at 64: a multiple
+  // of the swizzle's 8-row period), kRowThreads threads to a row. At 256 each thread copies
+  // kSub = 2 chunks of a row, chunk and chunk + 16 (two column blocks on, the same phase).
+  constexpr int kRowThreads = D / 8 < 16 ? D / 8 : 16;
+  constexpr int kSub = D / 8 / kRowThreads;
+  constexpr int kPass = 128 / kRowThreads;
+  static_assert(kPass % 8 == 0, "the loader's rows keep their swizzle phase");
+  constexpr int kSubElems = kRowThreads * 8;                  // a sub-chunk's step in a row
+  constexpr int kSubAt = kRowThreads / 8 * (kTileKeys * 64);  // and in the blocked tile
+  const int chunk = lane % kRowThreads;  // the 16-byte chunk of a row this thread copies
+  const int row_in = (32 / kRowThreads) * lwarp + lane / kRowThreads;  // first row; every kPass
+  const int at_row_in = blocked_swizzle<D, kTileKeys>(row_in, chunk);
+  const int slot_mask = (1 << p.page_size_log2) - 1;
+  prefetch_tile_records(p.sched.tiles, tile_begin, tile_end, ltid, 128);
+  // Raw tiles: the launch may overlap the raw-key pass before it (programmatic dependent
+  // launch), so the scratch it writes is read after that grid has completed. Everything else
+  // this kernel reads was written before the pass began.
+  if constexpr (kRawTiles) ptx::grid_dependency_wait();
+  // The hand-over: this warpgroup also passes the computing warps' prologue barriers (the
+  // tables' inputs stored; the raw query landed), CTA barriers, then the one that lets it
+  // write stages 2 and 3. With the first two over the computing warps alone (named
+  // barriers), or over the whole CTA with this warpgroup arriving (bar.arrive),
+  // compute-sanitizer racecheck reported the prologue's reads against these writes as WAR
+  // hazards; so it did in the hand-over probe (tests/cuda/test_handover.cu), a race-free
+  // program, whenever its readers passed a named barrier before the CTA barrier.
+  auto hand_over = [&] {
+    if constexpr (kTablesBarrier) __syncthreads();
+    if (tile_begin < tile_end) __syncthreads();
+    __syncthreads();
+  };
+  for (int tile = tile_begin, it = 0; tile < tile_end; ++tile, ++it) {
+    const int stage = it % S;
+    if (kStagesShared && it == 2) hand_over();
+    if (it >= S) ptx::mbarrier_wait(empty_bar(stage), static_cast<std::uint32_t>((it / S - 1) & 1));
+    const TileInfo ti = p.sched.tiles[tile];
+    // TileStream::issue's gather without its page id per row (8 registers the loader does
+    // not have): the tile's pages (key0 is a multiple of 64, so at most 64 / page_size of
+    // them), lane j reading page j, the rows taking theirs by shuffle. Written here, not as
+    // a TileStream member or a helper: both compiled with 3x the loader's spills.
+    const int first = ti.page_base + (ti.key0 >> p.page_size_log2);
+    const int npages = ((ti.rows - 1) >> p.page_size_log2) + 1;
+    const int my_page = lane < npages ? p.plan.page_ids[first + lane] : 0;
+    T* ks = stages + stage * 2 * kTileKeys * D;
+    T* vs = ks + kTileKeys * D;
+    // Row r = row_in + kPass i, addressed from this tile's key_r = key0 + row_in: with r or
+    // row_in + kPass i in the loop, ptxas hoisted the seven row numbers out of it and, with 24
+    // registers, spilled lane, at_row_in and a flag (three local loads per tile, RoPE builds).
+    const int key_r = ti.key0 + row_in;
+    const int left = ti.rows - row_in;  // rows of the tile from row_in on
+    const int page0 = ti.key0 >> p.page_size_log2;
+    // A raw tile's K comes from the scratch the raw-key pass rotated it into (contiguous rows):
+    // k_rows is its row row_in, chunk `chunk`, or null for a tile read from its pages. (One
+    // loop for both kinds, the K address picked per row.)
+    [[maybe_unused]] const T* k_rows =
+        kRawTiles && ti.form == static_cast<std::int32_t>(StorageForm::kRaw)
+            ? static_cast<const T*>(p.rotated_k) + rotated_k_tile(p, tile, kv_head, D) +
+                  row_in * D + chunk * 8
+            : nullptr;
+#pragma unroll
+    for (int i = 0; i < kTileKeys / kPass; ++i) {
+      const int key = key_r + kPass * i;
+      const bool valid = kPass * i < left;
+      // Past the tile's rows the copy reads 0 bytes (valid false); its address stays in the
+      // pool: one of the tile's pages, or page 0 from a lane past npages.
+      const int page = __shfl_sync(0xffffffffu, my_page, (key >> p.page_size_log2) - page0);
+      const std::int64_t off = static_cast<std::int64_t>(page) * p.page_stride +
+                               static_cast<std::int64_t>(key & slot_mask) * D + chunk * 8;
+      // Row r's swizzle phase (r % 8) is row_in's, so its offset is row_in's plus kPass i
+      // rows, a constant. Computed per row, ptxas kept eight offsets live across the loop and
+      // spilled them (11 local loads per tile in the RoPE build).
+#pragma unroll
+      for (int sub = 0; sub < kSub; ++sub) {
+        const int at = at_row_in + blocked_swizzle<D, kTileKeys>(kPass * i, 0) + sub * kSubAt;
+        const std::int64_t off_s = off + sub * kSubElems;
+        if constexpr (kRawTiles) {
+          const T* k_src = k_rows ? k_rows + kPass * i * D + sub * kSubElems : k_head + off_s;
+          ptx::cp_async_16(ptx::smem_addr(ks + at), k_src, valid);
+        } else {
+          ptx::cp_async_16(ptx::smem_addr(ks + at), k_head + off_s, valid);
+        }
+        ptx::cp_async_16(ptx::smem_addr(vs + at), v_head + off_s, valid);
+      }
+    }
+    ptx::cp_async_mbarrier_arrive_noinc(full_bar(stage));
+  }
+  if (kStagesShared && tile_end - tile_begin <= 2) hand_over();  // the loop did not reach 2
+  ptx::cp_async_wait<0>();
+}
+
+}  // namespace lazyattn::cuda::detail
