@@ -1,5 +1,6 @@
-// Element types of the KV store: float, IEEE fp16 and bf16 as 16-bit host-safe storage types; and
-// fp8 E4M3 (`float8_e4m3`), whose conversions exist ahead of fp8 pages (not a store dtype yet).
+// Element types of the KV store: float, IEEE fp16 and bf16 as 16-bit host-safe storage types, and
+// fp8 E4M3 (`float8_e4m3`), a pool type only: fp8 pools hold K and V divided by a scale per layer
+// and KV head (KvStoreConfig::k_scale, v_scale) and take float, fp16 or bf16 on the way in.
 //
 // `float16`, `bfloat16` and `float8_e4m3` are bit-compatible with CUDA's `__half`,
 // `__nv_bfloat16` and `__nv_fp8_e4m3`, so a page written on the host can be copied to the device
@@ -12,21 +13,25 @@
 #include <type_traits>
 
 #include "lazyattn/config.hpp"
+#include "lazyattn/error.hpp"
 
 namespace lazyattn {
 
-enum class DType : std::uint8_t { kFloat32, kFloat16, kBFloat16 };
+enum class DType : std::uint8_t { kFloat32, kFloat16, kBFloat16, kFloat8E4M3 };
 
 constexpr std::string_view to_string(DType t) {
   switch (t) {
     case DType::kFloat32: return "float32";
     case DType::kFloat16: return "float16";
     case DType::kBFloat16: return "bfloat16";
+    case DType::kFloat8E4M3: return "float8_e4m3";
   }
   return "unknown";
 }
 
-constexpr int size_of(DType t) { return t == DType::kFloat32 ? 4 : 2; }
+constexpr int size_of(DType t) {
+  return t == DType::kFloat32 ? 4 : t == DType::kFloat8E4M3 ? 1 : 2;
+}
 
 struct float16 {
   std::uint16_t bits = 0;
@@ -157,26 +162,42 @@ constexpr float round_to(float x) {
   return to_float(from_float<T>(x));
 }
 
+// What insert() and append() take (and the CUDA kernels' pools hold).
 template <class T>
 concept StorageElement =
     std::is_same_v<T, float> || std::is_same_v<T, float16> || std::is_same_v<T, bfloat16>;
+// What a host pool may hold: those, or fp8 E4M3 (scaled).
+template <class T>
+concept PoolElement = StorageElement<T> || std::is_same_v<T, float8_e4m3>;
 
-template <StorageElement T>
+template <PoolElement T>
 constexpr DType dtype_of() {
   if constexpr (std::is_same_v<T, float>) return DType::kFloat32;
   if constexpr (std::is_same_v<T, float16>) return DType::kFloat16;
+  if constexpr (std::is_same_v<T, float8_e4m3>) return DType::kFloat8E4M3;
   return DType::kBFloat16;
 }
 
-// Calls f(T{}) with T the element type named by `t`: the one place a runtime DType becomes a type.
+// Calls f(T{}) with T the element type named by `t`, one of the StorageElement types: the one
+// place a runtime DType becomes a type. fp8 E4M3 is a host pool's type only (dispatch_pool_dtype):
+// here it throws.
 template <class F>
 decltype(auto) dispatch_dtype(DType t, F&& f) {
   switch (t) {
     case DType::kFloat16: return f(float16{});
     case DType::kBFloat16: return f(bfloat16{});
+    case DType::kFloat8E4M3:
+      detail::throw_error("dtype float8_e4m3: a host pool's element type only, expected float32, "
+                          "float16 or bfloat16 here");
     case DType::kFloat32: break;
   }
   return f(float{});
+}
+// The same over a host pool's element types: fp8 E4M3 as float8_e4m3 too.
+template <class F>
+decltype(auto) dispatch_pool_dtype(DType t, F&& f) {
+  if (t == DType::kFloat8E4M3) return f(float8_e4m3{});
+  return dispatch_dtype(t, static_cast<F&&>(f));
 }
 
 }  // namespace lazyattn

@@ -58,7 +58,7 @@ TEST_CASE("KvStore rejects bad configurations, naming the value", "[kv][store][e
   CHECK_THROWS_WITH(KvStore(with([](auto& c) { c.num_pages = std::int64_t{1} << 31; })),
                     Contains("num_pages 2147483648"));
   CHECK_THROWS_WITH(KvStore(with([](auto& c) { c.dtype = static_cast<DType>(7); })),
-                    Contains("dtype 7, expected float32, float16 or bfloat16"));
+                    Contains("dtype 7, expected float32, float16, bfloat16 or float8_e4m3"));
   // A pool whose byte count overflows int64 must be refused before anything is allocated.
   CHECK_THROWS_WITH(KvStore(with([](auto& c) {
                       c.num_layers = 1 << 30;

@@ -125,6 +125,10 @@ struct ScenarioSpec {
   double softmax_scale = 0.0;
   double logits_soft_cap = 0.0;
   std::uint64_t seed = 1;
+  // K and V rounded through fp8 e4m3 at fp8_scale's scales before they are stored: a float store
+  // then holds exactly what a dtype kFloat8E4M3 store of the same spec reads (whose config gets
+  // those scales).
+  bool fp8_values = false;
 
   AttentionParams params() const {
     AttentionParams p;
@@ -147,7 +151,8 @@ inline std::ostream& operator<<(std::ostream& os, const ScenarioSpec& s) {
   os << "] per_request " << s.docs_per_request << " queries [";
   for (std::size_t i = 0; i < s.num_queries.size(); ++i) os << (i ? " " : "") << s.num_queries[i];
   os << "] requests " << s.num_requests << " base " << s.base_position << " scale "
-     << s.softmax_scale << " cap " << s.logits_soft_cap << " seed " << s.seed;
+     << s.softmax_scale << " cap " << s.logits_soft_cap << " seed " << s.seed
+     << (s.fp8_values ? " fp8_values" : "");
   return os;
 }
 
@@ -184,6 +189,31 @@ struct Scenario {
            static_cast<std::size_t>(spec.num_qo_heads);
   }
 };
+
+// The K (or V) scale of layer l, KV head h for fp8 values: distinct per layer and head, and large
+// enough for random_normal's values (|x| / scale well under e4m3's 448).
+inline float fp8_scale(bool k, int l, int h, int num_kv_heads) {
+  const int i = l * num_kv_heads + h;
+  return k ? 0.015f * (1.0f + 0.25f * static_cast<float>(i)) : 0.02f * (1.0f + 0.5f * (i % 3));
+}
+inline std::vector<float> fp8_scales(bool k, int num_layers, int num_kv_heads) {
+  std::vector<float> out;
+  for (int l = 0; l < num_layers; ++l)
+    for (int h = 0; h < num_kv_heads; ++h) out.push_back(fp8_scale(k, l, h, num_kv_heads));
+  return out;
+}
+// Tokens [num_layers, n, heads, head_dim] as an fp8 store reads them back: e4m3(x / scale) * scale.
+inline std::vector<float> round_through_fp8(std::vector<float> x, bool k, int num_layers,
+                                            std::int64_t n, int heads, int head_dim) {
+  for (int l = 0; l < num_layers; ++l)
+    for (std::int64_t i = 0; i < n; ++i)
+      for (int h = 0; h < heads; ++h) {
+        const float scale = fp8_scale(k, l, h, heads);
+        float* at = &x[static_cast<std::size_t>(((l * n + i) * heads + h) * head_dim)];
+        for (int d = 0; d < head_dim; ++d) at[d] = round_to<float8_e4m3>(at[d] / scale) * scale;
+      }
+  return x;
+}
 
 // K rotated at positions 0..n-1 (local form), for tokens laid out [num_layers, n, heads, head_dim].
 // K rotated at first + i (local form: first 0; absolute form: the segment's logical start).
@@ -248,15 +278,25 @@ inline Scenario make_scenario(const ScenarioSpec& spec) {
   cfg.page_size = spec.page_size;
   cfg.dtype = spec.dtype;
   cfg.num_pages = pages_needed + 3;
+  if (spec.dtype == DType::kFloat8E4M3) {
+    cfg.k_scale = fp8_scales(true, L, Hkv);
+    cfg.v_scale = fp8_scales(false, L, Hkv);
+  }
   sc.store = std::make_unique<KvStore>(cfg);
+  // What the store is given: the values themselves, or (fp8_values) rounded as an fp8 store would.
+  auto stored = [&](const std::vector<float>& x, bool k, std::int64_t n) {
+    return spec.fp8_values ? round_through_fp8(x, k, L, n, Hkv, D) : x;
+  };
 
   std::vector<DocHandle> handles;
   for (const Tokens& d : docs) {
     DocKey key = DocKey::from_tokens(random_tokens(8, rng));
     std::vector<float> k =
         spec.doc_form == StorageForm::kLocal ? to_local(base, d.k, L, d.length, Hkv, D) : d.k;
+    k = stored(k, true, d.length);
+    const std::vector<float> v = stored(d.v, false, d.length);
     InsertResult r = sc.store->insert(key, spec.doc_form, d.length, std::span<const float>(k),
-                                      std::span<const float>(d.v), /*pin=*/true);
+                                      std::span<const float>(v), /*pin=*/true);
     handles.push_back(r.handle);
   }
 
@@ -320,8 +360,10 @@ inline Scenario make_scenario(const ScenarioSpec& spec) {
             ? tail_tokens.k
             : to_local(base, tail_tokens.k, L, tail_tokens.length, Hkv, D,
                        spec.tail_form == StorageForm::kAbsolute ? end : 0);
+    tk = stored(tk, true, tail_tokens.length);
+    const std::vector<float> tv = stored(tail_tokens.v, false, tail_tokens.length);
     sc.store->append(tail, tail_tokens.length, std::span<const float>(tk),
-                     std::span<const float>(tail_tokens.v));
+                     std::span<const float>(tv));
     const std::int64_t tail_start = end;
 
     RequestLayout layout;
@@ -464,6 +506,8 @@ inline Tolerance stored_tolerance(DType t) {
       return {2.5e-3, 2.5e-3};
     case DType::kBFloat16:
       return {1.5e-2, 1.5e-2};
+    case DType::kFloat8E4M3:  // (no bar against full attention in float: tests compare fp8 to fp8)
+      break;
   }
   return {};
 }

@@ -3,8 +3,11 @@
 // counts. Each throws lazyattn::Error naming the value and what was expected.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <limits>
+#include <utility>
+#include <vector>
 
 #include "lazyattn/dtype.hpp"
 #include "lazyattn/error.hpp"
@@ -26,9 +29,29 @@ inline PoolGeometry check_config(const KvStoreConfig& c) {
                  w, ": page_size ", c.page_size, ", expected a power of two in [1, 1024]");
   LAZYATTN_CHECK(c.num_pages >= 1 && c.num_pages <= std::numeric_limits<int>::max(), w,
                  ": num_pages ", c.num_pages, ", expected in [1, 2^31 - 1]");
-  LAZYATTN_CHECK(
-      c.dtype == DType::kFloat32 || c.dtype == DType::kFloat16 || c.dtype == DType::kBFloat16, w,
-      ": dtype ", static_cast<int>(c.dtype), ", expected float32, float16 or bfloat16");
+  LAZYATTN_CHECK(c.dtype == DType::kFloat32 || c.dtype == DType::kFloat16 ||
+                     c.dtype == DType::kBFloat16 || c.dtype == DType::kFloat8E4M3,
+                 w, ": dtype ", static_cast<int>(c.dtype),
+                 ", expected float32, float16, bfloat16 or float8_e4m3");
+  const std::size_t scales = static_cast<std::size_t>(c.num_layers) *
+                             static_cast<std::size_t>(c.num_kv_heads);
+  using Scales = std::pair<const char*, const std::vector<float>*>;
+  for (const auto& [name, scale] : {Scales{"k_scale", &c.k_scale}, Scales{"v_scale", &c.v_scale}}) {
+    const std::vector<float>& v = *scale;
+    if (c.dtype != DType::kFloat8E4M3) {
+      LAZYATTN_CHECK(v.empty(), w, ": ", name, " has ", v.size(), " entries for a ",
+                     to_string(c.dtype), " pool, expected none (scales are for float8_e4m3 pools)");
+      continue;
+    }
+    LAZYATTN_CHECK(v.empty() || v.size() == scales, w, ": ", name, " has ", v.size(),
+                   " entries, expected none (all 1) or num_layers ", c.num_layers,
+                   " x num_kv_heads ", c.num_kv_heads, " = ", scales);
+    for (std::size_t i = 0; i < v.size(); ++i)
+      LAZYATTN_CHECK(std::isfinite(v[i]) && v[i] > 0.0f, w, ": ", name, "[", i, "] (layer ",
+                     i / static_cast<std::size_t>(c.num_kv_heads), ", KV head ",
+                     i % static_cast<std::size_t>(c.num_kv_heads), ") is ", v[i],
+                     ", expected a finite positive scale");
+  }
   LAZYATTN_CHECK(c.eviction == EvictionPolicy::kLru || c.eviction == EvictionPolicy::kSegmentedLru,
                  w, ": eviction ", static_cast<int>(c.eviction),
                  ", expected lru (0) or segmented_lru (1)");

@@ -12,6 +12,7 @@
 // the pool pointers without holding anything.
 #pragma once
 
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -20,6 +21,7 @@
 #include <ranges>
 #include <span>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "lazyattn/dtype.hpp"
@@ -51,7 +53,8 @@ class KvStore final : public KvBookkeeping {
   }
 
   // Stores a document's K and V, each [num_layers, length, num_kv_heads, head_dim], converting to
-  // the store's element type. If (key, form) is already stored, nothing is copied and the stored
+  // the store's element type (an fp8 store quantizes x / scale of its layer and KV head, and
+  // throws, store unchanged, where that is not finite or would not round to e4m3's +-448). If (key, form) is already stored, nothing is copied and the stored
   // document is returned (inserted = false); its length must match. Evicts unpinned documents,
   // least recently used first, when the free pages do not suffice; throws (store unchanged) when
   // even that would not make room.
@@ -60,6 +63,7 @@ class KvStore final : public KvBookkeeping {
                       std::span<const T> k, std::span<const T> v, bool pin = false) {
     detail::check_storage_form("KvStore::insert", form);
     check_tokens("KvStore::insert", "length", length, k.size(), v.size());
+    check_fp8_range("KvStore::insert", length, k, v);
     return allocate_and_fill(
         key, form, length, pin, "KvStore::insert",
         [&](const std::vector<std::int32_t>& pages) { write_tokens(pages, 0, length, k, v); });
@@ -74,11 +78,13 @@ class KvStore final : public KvBookkeeping {
                   std::span<const T>(std::ranges::data(v), std::ranges::size(v)), pin);
   }
 
-  // Appends n tokens, K and V each [num_layers, n, num_kv_heads, head_dim], to a tail. New pages
-  // come from the free list, evicting unpinned documents if needed; on failure nothing changes.
+  // Appends n tokens, K and V each [num_layers, n, num_kv_heads, head_dim], to a tail (converted
+  // as insert's). New pages come from the free list, evicting unpinned documents if needed; on
+  // failure nothing changes.
   template <StorageElement T>
   void append(TailHandle h, std::int64_t n, std::span<const T> k, std::span<const T> v) {
     check_tokens("KvStore::append", "n", n, k.size(), v.size());
+    check_fp8_range("KvStore::append", n, k, v);
     reserve_and_fill(h, n, "KvStore::append",
                      [&](const std::vector<std::int32_t>& pages, std::int64_t first) {
                        write_tokens(pages, first, n, k, v);
@@ -95,23 +101,29 @@ class KvStore final : public KvBookkeeping {
 
   // ---- pool memory ----------------------------------------------------------------------------
 
-  // The K and V pools, [num_layers, num_pages, num_kv_heads, page_size, head_dim] (geometry()).
-  template <StorageElement T>
+  // The scales of an fp8 store's K and V at (layer, KV head): a stored e4m3 value times this is
+  // the value it holds. 1 in stores of other types (and in fp8 stores configured without).
+  float k_scale(int layer, int kv_head) const { return scale_of(config().k_scale, layer, kv_head); }
+  float v_scale(int layer, int kv_head) const { return scale_of(config().v_scale, layer, kv_head); }
+
+  // The K and V pools, [num_layers, num_pages, num_kv_heads, page_size, head_dim] (geometry()),
+  // of the store's element type (float8_e4m3 for an fp8 store).
+  template <PoolElement T>
   T* k_pool() {
     check_type<T>("KvStore::k_pool");
     return reinterpret_cast<T*>(k_.get());
   }
-  template <StorageElement T>
+  template <PoolElement T>
   T* v_pool() {
     check_type<T>("KvStore::v_pool");
     return reinterpret_cast<T*>(v_.get());
   }
-  template <StorageElement T>
+  template <PoolElement T>
   const T* k_pool() const {
     check_type<T>("KvStore::k_pool");
     return reinterpret_cast<const T*>(k_.get());
   }
-  template <StorageElement T>
+  template <PoolElement T>
   const T* v_pool() const {
     check_type<T>("KvStore::v_pool");
     return reinterpret_cast<const T*>(v_.get());
@@ -166,14 +178,59 @@ class KvStore final : public KvBookkeeping {
                    c.num_kv_heads, ", head_dim ", c.head_dim, "]");
   }
 
-  // Copies tokens [first, first + n) of a page list from [num_layers, n, num_kv_heads, head_dim].
-  // Runs under the bookkeeping's lock (allocate_and_fill, reserve_and_fill) and throws nothing.
+  float scale_of(const std::vector<float>& scales, int layer, int kv_head) const {
+    const KvStoreConfig& c = config();
+    LAZYATTN_CHECK(layer >= 0 && layer < c.num_layers && kv_head >= 0 && kv_head < c.num_kv_heads,
+                   "KvStore::k_scale / v_scale: layer ", layer, ", KV head ", kv_head,
+                   ", expected layer in [0, ", c.num_layers, ") and KV head in [0, ",
+                   c.num_kv_heads, ")");
+    if (scales.empty()) return 1.0f;
+    return scales[static_cast<std::size_t>(layer) *
+                      static_cast<std::size_t>(config().num_kv_heads) +
+                  static_cast<std::size_t>(kv_head)];
+  }
+
+  // An fp8 store's inputs: every x / scale finite and rounding to a finite e4m3 value, |x / scale|
+  // < 464, halfway between the largest, 448, and the next power step (beyond it the conversion
+  // would saturate, a silent clamp); checked before anything is allocated.
+  template <StorageElement T>
+  void check_fp8_range(const char* where, std::int64_t n, std::span<const T> k,
+                       std::span<const T> v) const {
+    const KvStoreConfig& c = config();
+    if (c.dtype != DType::kFloat8E4M3) return;
+    const int H = c.num_kv_heads, D = c.head_dim;
+    for (const auto& [name, x] : {std::pair{"k", k}, std::pair{"v", v}}) {
+      const bool is_k = name[0] == 'k';
+      for (int l = 0; l < c.num_layers; ++l) {
+        for (int h = 0; h < H; ++h) {
+          const float scale = is_k ? k_scale(l, h) : v_scale(l, h);
+          for (std::int64_t i = 0; i < n; ++i) {
+            const std::int64_t src = ((l * n + i) * H + h) * D;
+            for (int d = 0; d < D; ++d) {
+              const float q = to_float(x[static_cast<std::size_t>(src + d)]) / scale;
+              LAZYATTN_CHECK(std::isfinite(q) && std::fabs(q) < kFp8Limit, where, ": ", name,
+                             "[layer ", l, ", token ", i, ", KV head ", h, ", dim ", d, "] = ",
+                             to_float(x[static_cast<std::size_t>(src + d)]), " over ", name,
+                             "_scale ", scale, " is ", q,
+                             ", expected a finite value of magnitude below ", kFp8Limit,
+                             " (float8_e4m3 holds up to 448; raise the scale)");
+            }
+          }
+        }
+      }
+    }
+  }
+  static constexpr float kFp8Limit = 464.0f;
+
+  // Copies tokens [first, first + n) of a page list from [num_layers, n, num_kv_heads, head_dim]
+  // (an fp8 store: e4m3(x / scale), in range by check_fp8_range). Runs under the bookkeeping's
+  // lock (allocate_and_fill, reserve_and_fill) and throws nothing.
   template <StorageElement T>
   void write_tokens(const std::vector<std::int32_t>& pages, std::int64_t first, std::int64_t n,
                     std::span<const T> k, std::span<const T> v) noexcept {
     const KvStoreConfig& c = config();
     const PoolGeometry& g = geometry();
-    dispatch_dtype(c.dtype, [&](auto tag) {
+    dispatch_pool_dtype(c.dtype, [&](auto tag) {
       using S = decltype(tag);
       auto* kp = reinterpret_cast<S*>(k_.get());
       auto* vp = reinterpret_cast<S*>(v_.get());
@@ -186,13 +243,21 @@ class KvStore final : public KvBookkeeping {
           for (int h = 0; h < H; ++h) {
             std::int64_t src = ((l * n + i) * H + h) * D;
             std::int64_t dst = g.offset(l, page, h, slot);
-            for (int d = 0; d < D; ++d) {
-              if constexpr (std::is_same_v<S, T>) {
-                kp[dst + d] = k[src + d];
-                vp[dst + d] = v[src + d];
-              } else {
-                kp[dst + d] = from_float<S>(to_float(k[src + d]));
-                vp[dst + d] = from_float<S>(to_float(v[src + d]));
+            if constexpr (std::is_same_v<S, float8_e4m3>) {
+              const float ks = k_scale(l, h), vs = v_scale(l, h);
+              for (int d = 0; d < D; ++d) {
+                kp[dst + d] = from_float<S>(to_float(k[src + d]) / ks);
+                vp[dst + d] = from_float<S>(to_float(v[src + d]) / vs);
+              }
+            } else {
+              for (int d = 0; d < D; ++d) {
+                if constexpr (std::is_same_v<S, T>) {
+                  kp[dst + d] = k[src + d];
+                  vp[dst + d] = v[src + d];
+                } else {
+                  kp[dst + d] = from_float<S>(to_float(k[src + d]));
+                  vp[dst + d] = from_float<S>(to_float(v[src + d]));
+                }
               }
             }
           }

@@ -39,6 +39,14 @@ struct KvStoreConfig {
   DType dtype = DType::kBFloat16;  // element type of K and V
   std::int64_t num_pages = 1024;   // the page budget: every document and tail page comes from it
   EvictionPolicy eviction = EvictionPolicy::kLru;
+  // fp8 pools (dtype kFloat8E4M3) only: K and V are stored as e4m3(x / scale) and read as
+  // e4m3 * scale, one scale per layer and KV head, [num_layers][num_kv_heads]; empty: 1 for
+  // every layer and head. Per layer and head, not per page or token: a document's pages are read
+  // by any request at any position with no metadata beside the page table, and a rotary pair's
+  // two dims share their scale, so raw keys rotate in the kernel after one multiply. Other
+  // dtypes: empty.
+  std::vector<float> k_scale{};
+  std::vector<float> v_scale{};
 };
 
 // A document's place in a store. `generation` changes whenever the slot is reused, so a handle

@@ -164,15 +164,15 @@ class KeyRotations {
   Array cos_, sin_;                // [kKeyBlock, pairs] angle (base + t) * w
 };
 
-// Rows [0, n) of the tiles <- keys [i0, i0 + n) of one segment's KV head g, converted to float and
-// gathered page by page: a page's head is [page_size, head_dim] contiguous, so each page (or the
-// part of it inside the tile) is one run of rows. With maybe_rot (raw form), the keys are then
-// turned to base + row, in the tile.
+// Rows [0, n) of the tiles <- keys [i0, i0 + n) of one segment's KV head g, converted to float
+// (times the head's scales: an fp8 store's) and gathered page by page: a page's head is
+// [page_size, head_dim] contiguous, so each page (or the part of it inside the tile) is one run
+// of rows. With maybe_rot (raw form), the keys are then turned to base + row, in the tile.
 template <class T>
-void gather_tile(const T* k_pool, const T* v_pool, const PoolGeometry& geo, int layer,
-                 const std::int32_t* pages, int page_size, int g, std::int64_t i0, Index n,
-                 const RopeFrequencies& f, const KeyRotations* maybe_rot, Matrix& k_tile,
-                 Matrix& v_tile) {
+void gather_tile(const T* k_pool, const T* v_pool, float k_scale, float v_scale,
+                 const PoolGeometry& geo, int layer, const std::int32_t* pages, int page_size,
+                 int g, std::int64_t i0, Index n, const RopeFrequencies& f,
+                 const KeyRotations* maybe_rot, Matrix& k_tile, Matrix& v_tile) {
   const Index D = k_tile.cols();
   for (Index t = 0; t < n;) {
     const std::int64_t i = i0 + t;
@@ -182,13 +182,13 @@ void gather_tile(const T* k_pool, const T* v_pool, const PoolGeometry& geo, int 
     const std::int64_t count = run * D;
     float* kd = k_tile.row(t).data();
     float* vd = v_tile.row(t).data();
-    if constexpr (std::is_same_v<T, float>) {
+    if constexpr (std::is_same_v<T, float>) {  // (float pools have no scales)
       std::copy_n(k_pool + at, count, kd);
       std::copy_n(v_pool + at, count, vd);
     } else {
       for (std::int64_t e = 0; e < count; ++e) {
-        kd[e] = to_float(k_pool[at + e]);
-        vd[e] = to_float(v_pool[at + e]);
+        kd[e] = to_float(k_pool[at + e]) * k_scale;
+        vd[e] = to_float(v_pool[at + e]) * v_scale;
       }
     }
     t += run;
@@ -439,8 +439,9 @@ void attend_typed(const KvStore& store, const Plan& plan, int layer, const RopeP
           const Index n = std::min<std::int64_t>(kKeyBlock, len - i0);
           if (raw) w.key_rot.set_base(f, start + i0, n);
           for (int g = 0; g < Hkv; ++g) {
-            gather_tile(k_pool, v_pool, geo, layer, pages, P, g, i0, n, f,
-                        raw ? &w.key_rot : nullptr, w.k_tile, w.v_tile);
+            gather_tile(k_pool, v_pool, store.k_scale(layer, g), store.v_scale(layer, g), geo,
+                        layer, pages, P, g, i0, n, f, raw ? &w.key_rot : nullptr, w.k_tile,
+                        w.v_tile);
             // The group's query rows against this tile, kRowBlock rows at a time (see
             // attend_contiguous).
             for (Index r0 = 0; r0 < rows; r0 += kRowBlock) {
@@ -484,9 +485,10 @@ void attend_typed(const KvStore& store, const Plan& plan, int layer, const RopeP
           for (int g = 0; g < Hkv; ++g) {
             const std::int64_t at = geo.offset(layer, page, g, slot);
             const Index row = g * max_kv + j;
+            const float k_scale = store.k_scale(layer, g), v_scale = store.v_scale(layer, g);
             for (int d = 0; d < D; ++d) {
-              w.k_all(row, d) = to_float(k_pool[at + d]);
-              w.v_all(row, d) = to_float(v_pool[at + d]);
+              w.k_all(row, d) = to_float(k_pool[at + d]) * k_scale;
+              w.v_all(row, d) = to_float(v_pool[at + d]) * v_scale;
             }
             w.rot.apply(raw ? 1 : 0, f, w.k_all.row(row).data());
           }
@@ -579,7 +581,7 @@ inline void attend(const KvStore& store, const Plan& plan, int layer, const Rope
   ref::detail::check_method("ref::eigen::attend", method);
   ref::detail::check_attend("ref::eigen::attend", store, plan, layer, rope, params, q.size(),
                             out.size(), lse.size());
-  dispatch_dtype(store.config().dtype, [&](auto tag) {
+  dispatch_pool_dtype(store.config().dtype, [&](auto tag) {
     detail::attend_typed<decltype(tag)>(store, plan, layer, rope, params, q, out, lse, method);
   });
 }

@@ -160,9 +160,12 @@ Context gather(const KvStore& store, const Plan& plan, int layer, int b) {
     for (std::int64_t i = 0; i < plan.segment_length[s]; ++i) {
       for (int g = 0; g < H; ++g) {
         std::int64_t at = pool_index(c, plan, layer, s, i, g);
+        // An fp8 store's values are the stored codes times their layer's and head's scale (1
+        // elsewhere: the products are the stored values themselves).
+        const float k_scale = store.k_scale(layer, g), v_scale = store.v_scale(layer, g);
         for (int d = 0; d < D; ++d) {
-          ctx.K.push_back(to_float(k_pool[at + d]));
-          ctx.V.push_back(to_float(v_pool[at + d]));
+          ctx.K.push_back(to_float(k_pool[at + d]) * k_scale);
+          ctx.V.push_back(to_float(v_pool[at + d]) * v_scale);
         }
       }
       ctx.position.push_back(plan.segment_start[s] + i);
@@ -272,7 +275,7 @@ inline void attend(const KvStore& store, const Plan& plan, int layer, const Rope
   ref::detail::check_method("ref::scalar::attend", method);
   ref::detail::check_attend("ref::scalar::attend", store, plan, layer, rope, params, q.size(),
                             out.size(), lse.size());
-  dispatch_dtype(store.config().dtype, [&](auto tag) {
+  dispatch_pool_dtype(store.config().dtype, [&](auto tag) {
     detail::attend_typed<decltype(tag)>(store, plan, layer, rope, params, q, out, lse, method);
   });
 }
