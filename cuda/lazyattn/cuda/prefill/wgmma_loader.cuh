@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "lazyattn/cuda/kv_tile.cuh"
+#include "lazyattn/cuda/mbarrier.cuh"
 #include "lazyattn/cuda/prefill/params.cuh"
 #include "lazyattn/cuda/prefill/raw_keys.cuh"
 #include "lazyattn/cuda/ptx.cuh"
