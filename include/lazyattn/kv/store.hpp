@@ -54,8 +54,9 @@ class KvStore final : public KvBookkeeping {
 
   // Stores a document's K and V, each [num_layers, length, num_kv_heads, head_dim], converting to
   // the store's element type (an fp8 store quantizes x / scale of its layer and KV head, and
-  // throws, store unchanged, where that is not finite or would not round to e4m3's +-448). If (key, form) is already stored, nothing is copied and the stored
-  // document is returned (inserted = false); its length must match. Evicts unpinned documents,
+  // throws, store unchanged, where that is not finite or would not round to e4m3's +-448). If
+  // (key, form) is already stored, nothing is copied and the stored document is returned
+  // (inserted = false); its length must match. Evicts unpinned documents,
   // least recently used first, when the free pages do not suffice; throws (store unchanged) when
   // even that would not make room.
   template <StorageElement T>
@@ -185,9 +186,7 @@ class KvStore final : public KvBookkeeping {
                    ", expected layer in [0, ", c.num_layers, ") and KV head in [0, ",
                    c.num_kv_heads, ")");
     if (scales.empty()) return 1.0f;
-    return scales[static_cast<std::size_t>(layer) *
-                      static_cast<std::size_t>(config().num_kv_heads) +
-                  static_cast<std::size_t>(kv_head)];
+    return scales[static_cast<std::size_t>(layer * c.num_kv_heads + kv_head)];
   }
 
   // An fp8 store's inputs: every x / scale finite and rounding to a finite e4m3 value, |x / scale|

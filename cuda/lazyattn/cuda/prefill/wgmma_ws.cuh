@@ -7,7 +7,8 @@
 //    setmaxnreg) streams the K/V tiles through a ring of stages (four; two at head dim 256) with
 //    cp.async (page-table gather) in the blocked 128-byte-swizzle layout wgmma's descriptors
 //    read, and signals each stage on an mbarrier (full); the computing warps release a stage on
-//    another (empty) once both its wgmmas are done. Raw-form K tiles (keys stored before RoPE, kRawTiles) come rotated to
+//    another (empty) once both its wgmmas are done. Raw-form K tiles (keys stored before RoPE,
+//    kRawTiles) come rotated to
 //    R(key0 + row) k, what a local-form page holds, from a pass before the kernel
 //    (prefill/raw_keys.cuh), so the computing warps treat the two forms alike.
 //  - Query: wgmma's A operand comes from registers. Once per CTA each thread rotates its own
@@ -194,8 +195,7 @@ __global__ void __launch_bounds__(kWgmmaWsThreads, 1)
   // builds moved -1.5% to +2.4% (the raw encodings at head dim 64 +2%: the prologue's extra
   // loads of the segments' starts), so they keep computing per rebuild.
   constexpr bool kSegTable = kAnyRotary && !kOneSeg;
-  constexpr int kSegRow = kAnyRotary ? D : kHalf;  // a row's entries: per dim or per pair
-  constexpr int kSegTableRows = (D / 16) * kThreads * 16 / (kSegRow * 8);  // 32 or 64
+  constexpr int kSegTableRows = (D / 16) * kThreads * 16 / (D * 8);  // 32 rows of D dims
   [[maybe_unused]] int seg0 = 0;
   [[maybe_unused]] bool use_table = false;
   // The warpgroup's row where the table does not hold the CTA's segments.
@@ -278,10 +278,9 @@ __global__ void __launch_bounds__(kWgmmaWsThreads, 1)
         const std::int64_t start = rotation_start(
             static_cast<StorageForm>(p.plan.segment_form[seg]), p.plan.segment_start[seg]);
         const float2 c = rope_cos_sin(-start, s_turns[i % kHalf]);
-        if constexpr (kAnyRotary) store_pair_dims(seg_table + (i / kHalf) * D, i % kHalf, c);
-        else seg_table[i] = c;
+        store_pair_dims(seg_table + (i / kHalf) * D, i % kHalf, c);
       }
-      if constexpr (kAnyRotary) store_pass_dims(seg_table, nseg);
+      store_pass_dims(seg_table, nseg);
     } else {
       if constexpr (kAnyRotary) store_pass_dims(seg_table, 2);
       compute_seg(q_seg_start);
@@ -458,7 +457,7 @@ __global__ void __launch_bounds__(kWgmmaWsThreads, 1)
     if constexpr (kQSmem) {
       build_query_tile(seg_start);
     } else {
-      const float2* cs = seg_table + (segment - seg0) * kSegRow;
+      const float2* cs = seg_table + (segment - seg0) * D;
       if (!kSegTable || !use_table) {
         wg_barrier();  // the last build's reads of the buffer are done (warpgroup 0 passes no
                        // CTA barrier between the prologue's build and the first run)
