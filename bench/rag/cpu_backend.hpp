@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "backend.hpp"
@@ -127,23 +128,92 @@ class PositionRotation {
 
 class CpuBackend final : public Backend {
  public:
+  // kv_dtype: the pool's element type, float32 (the default), bfloat16 or float8_e4m3. An fp8
+  // pool's scales are calibrated first (calibrate_fp8).
   CpuBackend(const ModelConfig& config, std::int64_t num_pages, int page_size, std::uint64_t seed,
-             EvictionPolicy eviction = EvictionPolicy::kLru)
+             EvictionPolicy eviction = EvictionPolicy::kLru, DType kv_dtype = DType::kFloat32)
       : config_(config),
         rope_(config.rope),
         params_(config.attention()),
         weights_(ModelWeights::random(config, seed)),
-        store_(KvStoreConfig{.num_layers = config.num_layers,
-                             .num_kv_heads = config.num_kv_heads,
-                             .head_dim = config.head_dim,
-                             .page_size = page_size,
-                             .dtype = DType::kFloat32,
-                             .num_pages = num_pages,
-                             .eviction = eviction}) {}
+        store_(store_config(config, num_pages, page_size, seed, eviction, kv_dtype)) {}
 
-  std::string name() const override { return "cpu (Eigen GEMMs, ref::eigen attention, float32)"; }
+  std::string name() const override {
+    return "cpu (Eigen GEMMs, ref::eigen attention, " + std::string(to_string(kv_dtype())) + " KV)";
+  }
   const ModelConfig& model() const override { return config_; }
   KvStore& store() override { return store_; }
+  DType kv_dtype() const { return store_.config().dtype; }
+  // fp8 pools: K/V values written so far whose x / scale fell outside what e4m3 holds (|x / scale|
+  // >= 464, the bound KvStore::insert refuses); they were stored as +-448, as the device's
+  // saturating conversion does. 0 when the calibration covered every value.
+  std::int64_t fp8_saturated() const { return fp8_saturated_; }
+
+  // The scales of an fp8 pool, [num_layers][num_kv_heads] each for K and V, calibrated as a
+  // server calibrates before it serves: this model (float32 pool) encodes kCalibrationDocs
+  // sequences of random tokens, drawn as the workload draws its documents but from a stream of
+  // their own. K's scale is the largest norm of a rotary pair (what either of its dims can reach
+  // under any rotation: keys are stored rotated by their positions) or |k| of a dim outside the
+  // rotary ones, V's the largest |v|; each times kFp8Headroom / 448, so that what calibration saw
+  // uses 1 / kFp8Headroom of e4m3's range and values up to kFp8Headroom times larger still fit.
+  static constexpr int kCalibrationDocs = 4;
+  static constexpr int kCalibrationLength = 256;
+  static constexpr float kFp8Headroom = 2.0f;
+  struct Fp8Scales {
+    std::vector<float> k, v;
+  };
+  static Fp8Scales calibrate_fp8(const ModelConfig& c, int page_size, std::uint64_t seed) {
+    const std::int64_t pages_per_doc = (kCalibrationLength + page_size - 1) / page_size;
+    CpuBackend scratch(c, kCalibrationDocs * pages_per_doc, page_size, seed);
+    KvStore& store = scratch.store();
+    std::vector<std::vector<std::int32_t>> docs(kCalibrationDocs);
+    StepBatch batch;
+    for (int i = 0; i < kCalibrationDocs; ++i) {
+      SplitMix64 g(mix_seed(seed, 300, static_cast<std::uint64_t>(i)));
+      for (int t = 0; t < kCalibrationLength; ++t)
+        docs[i].push_back(
+            static_cast<std::int32_t>(g.below(static_cast<std::uint64_t>(c.vocab_size))));
+      const DocHandle h =
+          store.allocate(DocKey::from_tokens(docs[i]), StorageForm::kLocal, kCalibrationLength)
+              .handle;
+      batch.encodes.push_back(EncodeItem{h, docs[i]});
+    }
+    StepOutput out;
+    scratch.forward(batch, out, false);
+
+    const PoolGeometry& geo = store.geometry();
+    const RopeFrequencies& f = scratch.rope_.base_frequencies();
+    const float* kp = store.k_pool<float>();
+    const float* vp = store.v_pool<float>();
+    Fp8Scales s;
+    s.k.assign(static_cast<std::size_t>(c.num_layers * c.num_kv_heads), 0.0f);
+    s.v = s.k;
+    for (const EncodeItem& e : batch.encodes) {
+      const std::vector<std::int32_t> pages = store.info(e.doc).pages;
+      for (int l = 0; l < c.num_layers; ++l) {
+        for (int h = 0; h < c.num_kv_heads; ++h) {
+          float& ks = s.k[static_cast<std::size_t>(l * c.num_kv_heads + h)];
+          float& vs = s.v[static_cast<std::size_t>(l * c.num_kv_heads + h)];
+          for (int t = 0; t < kCalibrationLength; ++t) {
+            const std::int64_t at =
+                geo.offset(l, pages[static_cast<std::size_t>(t / page_size)], h, t % page_size);
+            const float* k = kp + at;
+            for (int d = f.rotary_dim; d < c.head_dim; ++d) ks = std::max(ks, std::fabs(k[d]));
+            for (int p = 0; p < f.num_pairs(); ++p) {
+              const rope::PairDims pd = rope::pair_dims(f.pair_layout, f.rotary_dim, p);
+              ks = std::max(ks, std::hypot(k[pd.first], k[pd.second]));
+            }
+            for (int d = 0; d < c.head_dim; ++d) vs = std::max(vs, std::fabs(vp[at + d]));
+          }
+        }
+      }
+    }
+    for (float* x : {s.k.data(), s.v.data()}) {
+      for (std::size_t i = 0; i < s.k.size(); ++i)
+        x[i] = x[i] > 0.0f ? x[i] * kFp8Headroom / 448.0f : 1.0f;
+    }
+    return s;
+  }
 
   void forward(const StepBatch& batch, StepOutput& out, bool want_logits) override {
     const FlushDenormals flush;
@@ -260,22 +330,32 @@ class CpuBackend final : public Backend {
     const PoolGeometry& geo = store_.geometry();
     const int P = geo.page_size, D = geo.head_dim;
     const PositionRotation by(rope_.base_frequencies(), delta);
-    float* k = store_.k_pool<float>();
-    float* v = store_.v_pool<float>();
-    for (int l = 0; l < geo.num_layers; ++l) {
-      for (std::int64_t i = 0; i < length; ++i) {
-        const std::int64_t s = src_first + i;
-        for (int g = 0; g < geo.num_kv_heads; ++g) {
-          const std::int64_t from =
-              geo.offset(l, src[static_cast<std::size_t>(s / P)], g, static_cast<int>(s % P));
-          const std::int64_t to =
-              geo.offset(l, dst[static_cast<std::size_t>(i / P)], g, static_cast<int>(i % P));
-          std::copy_n(k + from, D, k + to);
-          std::copy_n(v + from, D, v + to);
-          if (delta != 0) by.apply(k + to);
+    dispatch_pool_dtype(kv_dtype(), [&]<class T>(T) {
+      T* k = store_.k_pool<T>();
+      T* v = store_.v_pool<T>();
+      std::vector<float> row(static_cast<std::size_t>(D));
+      for (int l = 0; l < geo.num_layers; ++l) {
+        for (std::int64_t i = 0; i < length; ++i) {
+          const std::int64_t s = src_first + i;
+          for (int g = 0; g < geo.num_kv_heads; ++g) {
+            const std::int64_t from =
+                geo.offset(l, src[static_cast<std::size_t>(s / P)], g, static_cast<int>(s % P));
+            const std::int64_t to =
+                geo.offset(l, dst[static_cast<std::size_t>(i / P)], g, static_cast<int>(i % P));
+            std::copy_n(v + from, D, v + to);  // same layer and head: same scale
+            if (delta == 0) {
+              std::copy_n(k + from, D, k + to);
+              continue;
+            }
+            // K re-rotated from the values the pool holds, then stored again (rounded again).
+            const float scale = store_.k_scale(l, g);
+            for (int d = 0; d < D; ++d) row[d] = value_of(k[from + d]) * scale;
+            by.apply(row.data());
+            put(k + to, row.data(), D, scale);
+          }
         }
       }
-    }
+    });
   }
 
  private:
@@ -314,23 +394,67 @@ class CpuBackend final : public Backend {
     Eigen::Map<Matrix>(v_.data(), n, kw) = qkv_.block(r0, qw + kw, n, kw);
   }
 
+  static KvStoreConfig store_config(const ModelConfig& c, std::int64_t num_pages, int page_size,
+                                    std::uint64_t seed, EvictionPolicy eviction, DType kv_dtype) {
+    LAZYATTN_CHECK(kv_dtype != DType::kFloat16,
+                   "rag::CpuBackend: kv_dtype float16, expected "
+                   "float32, bfloat16 or float8_e4m3 (the models compute in float32 or bfloat16)");
+    KvStoreConfig sc{.num_layers = c.num_layers,
+                     .num_kv_heads = c.num_kv_heads,
+                     .head_dim = c.head_dim,
+                     .page_size = page_size,
+                     .dtype = kv_dtype,
+                     .num_pages = num_pages,
+                     .eviction = eviction};
+    if (kv_dtype == DType::kFloat8E4M3) {
+      Fp8Scales s = calibrate_fp8(c, page_size, seed);
+      sc.k_scale = std::move(s.k);
+      sc.v_scale = std::move(s.v);
+    }
+    return sc;
+  }
+
+  template <class T>
+  static float value_of(T x) {
+    if constexpr (std::is_same_v<T, float>)
+      return x;
+    else
+      return to_float(x);
+  }
+  // n values into the pool at dst as its element type (fp8: x / scale, saturating to +-448 and
+  // counted in fp8_saturated_ as KvStore::insert would refuse them).
+  template <class T>
+  void put(T* dst, const float* x, int n, float scale) {
+    for (int d = 0; d < n; ++d) {
+      if constexpr (std::is_same_v<T, float8_e4m3>) {
+        const float q = x[d] / scale;
+        fp8_saturated_ += !(std::fabs(q) < 464.0f);
+        dst[d] = from_float<T>(q);
+      } else {
+        dst[d] = from_float<T>(x[d]);
+      }
+    }
+  }
+
   // Tokens [first, first + n) of a page list, in one layer: k and v are [n, num_kv_heads,
-  // head_dim].
+  // head_dim], stored as the pool's element type.
   void write_tokens(const std::vector<std::int32_t>& pages, int layer, std::int64_t first,
                     std::int64_t n, const float* k, const float* v) {
     const PoolGeometry& geo = store_.geometry();
     const int P = geo.page_size, D = geo.head_dim, Hkv = geo.num_kv_heads;
-    float* kp = store_.k_pool<float>();
-    float* vp = store_.v_pool<float>();
-    for (std::int64_t t = 0; t < n; ++t) {
-      const std::int64_t i = first + t;
-      for (int g = 0; g < Hkv; ++g) {
-        const std::int64_t at =
-            geo.offset(layer, pages[static_cast<std::size_t>(i / P)], g, static_cast<int>(i % P));
-        std::copy_n(k + (t * Hkv + g) * D, D, kp + at);
-        std::copy_n(v + (t * Hkv + g) * D, D, vp + at);
+    dispatch_pool_dtype(kv_dtype(), [&]<class T>(T) {
+      T* kp = store_.k_pool<T>();
+      T* vp = store_.v_pool<T>();
+      for (std::int64_t t = 0; t < n; ++t) {
+        const std::int64_t i = first + t;
+        for (int g = 0; g < Hkv; ++g) {
+          const std::int64_t at =
+              geo.offset(layer, pages[static_cast<std::size_t>(i / P)], g, static_cast<int>(i % P));
+          put(kp + at, k + (t * Hkv + g) * D, D, store_.k_scale(layer, g));
+          put(vp + at, v + (t * Hkv + g) * D, D, store_.v_scale(layer, g));
+        }
       }
-    }
+    });
   }
 
   ModelConfig config_;
@@ -341,6 +465,7 @@ class CpuBackend final : public Backend {
   // Step buffers, kept between steps so that steady decoding does not allocate.
   Matrix x_, h_, qkv_, attn_, gate_up_, act_, last_, logits_;
   std::vector<float> q_, k_, v_, out_, lse_, k_stored_;
+  std::int64_t fp8_saturated_ = 0;
 };
 
 }  // namespace lazyattn::rag

@@ -46,6 +46,10 @@ struct Options {
   bool gpu_memory_budget = false;  // --gpu-memory-utilization given: the KV budget is what fits
   bool cpu_weights = false;
   bool decode_kernel = true;
+  DType kv_dtype = DType::kFloat32;  // the CPU backend's pool; the CUDA backend's is bfloat16
+  bool kv_dtype_given = false;
+  DType budget_dtype = DType::kFloat32;  // --cache-docs / --kv-pages count bytes of this type
+  bool budget_dtype_given = false;
 };
 
 const char* kUsage = R"(usage: lazyattn_rag_bench [options]
@@ -67,6 +71,10 @@ const char* kUsage = R"(usage: lazyattn_rag_bench [options]
   --weight-seed N          model weight seed [7]
   --cache-docs LIST        KV budget: documents cached beside one request's working set [20]
   --kv-pages N             KV budget in pages (instead of --cache-docs)
+  --kv-dtype T             the KV pool's element type: float32, bfloat16 or float8_e4m3 (fp8
+                           scales calibrated per layer and KV head); the CPU backend [float32]
+  --budget-dtype T         --cache-docs and --kv-pages count the bytes of pages of this type,
+                           so that pools of two types compare at one byte budget [--kv-dtype]
   --page-size N            tokens per page [16]
   --max-batch N            running requests at most [16]
   --max-step-tokens N      new tokens per engine step [16384]
@@ -97,6 +105,13 @@ std::vector<std::string> split(std::string_view s) {
 [[noreturn]] void usage_error(const std::string& message) {
   std::fprintf(stderr, "lazyattn_rag_bench: %s\n%s", message.c_str(), kUsage);
   std::exit(2);
+}
+
+DType pool_dtype(const std::string& flag, const std::string& s) {
+  if (s == "float32") return DType::kFloat32;
+  if (s == "bfloat16" || s == "bf16") return DType::kBFloat16;
+  if (s == "float8_e4m3" || s == "fp8") return DType::kFloat8E4M3;
+  usage_error(flag + " expects float32, bfloat16 (bf16) or float8_e4m3 (fp8), got '" + s + "'");
 }
 
 double number(const std::string& flag, const std::string& s) {
@@ -164,6 +179,12 @@ Options parse(int argc, char** argv) {
       for (const std::string& c : split(value())) o.cache_docs.push_back(integer(flag, c));
     } else if (flag == "--kv-pages") {
       o.kv_pages = integer(flag, value());
+    } else if (flag == "--kv-dtype") {
+      o.kv_dtype = pool_dtype(flag, value());
+      o.kv_dtype_given = true;
+    } else if (flag == "--budget-dtype") {
+      o.budget_dtype = pool_dtype(flag, value());
+      o.budget_dtype_given = true;
     } else if (flag == "--page-size") {
       o.page_size = integer(flag, value());
     } else if (flag == "--max-batch") {
@@ -199,6 +220,13 @@ Options parse(int argc, char** argv) {
   if (o.modes.empty() || o.rates.empty() || o.cache_docs.empty())
     usage_error("--mode, --rates and --cache-docs need at least one value each");
   if (o.kv_pages > 0 || (o.backend == "cuda" && o.gpu_memory_budget)) o.cache_docs = {-1};
+  if (o.backend == "cuda") {
+    if (o.kv_dtype_given && o.kv_dtype != DType::kBFloat16)
+      usage_error("--kv-dtype " + std::string(to_string(o.kv_dtype)) +
+                  " with --backend cuda: its pool is bfloat16 (no fp8 pools on the GPU yet)");
+    o.kv_dtype = DType::kBFloat16;
+  }
+  if (!o.budget_dtype_given) o.budget_dtype = o.kv_dtype;
   return o;
 }
 
@@ -289,6 +317,8 @@ int run(const Options& o) {
       .field("max_batch", o.engine.max_batch)
       .field("max_step_tokens", o.engine.max_step_tokens)
       .field("eviction", std::string(to_string(o.engine.eviction)))
+      .field("kv_dtype", std::string(to_string(o.kv_dtype)))
+      .field("budget_dtype", std::string(to_string(o.budget_dtype)))
       .field("warmup_requests", o.warmup);
   if (on_gpu) {  // so that runs of the two decode-step kernels stay apart in merged JSON
     j.field("decode_attention", o.decode_kernel ? "decode" : "prefill")
@@ -308,13 +338,19 @@ int run(const Options& o) {
     for (double rate : o.rates) {
       wc.rate = rate;
       const Workload w = make_workload(wc);
-      std::int64_t pages = o.kv_pages > 0 ? o.kv_pages : kv_pages_for_cache(wc, o.page_size, cache);
+      // The budget's pages of budget_dtype, as bytes, in pages of kv_dtype.
+      const std::int64_t budget_pages =
+          o.kv_pages > 0 ? o.kv_pages : kv_pages_for_cache(wc, o.page_size, cache);
+      std::int64_t pages = budget_pages * size_of(o.budget_dtype) / size_of(o.kv_dtype);
 #if LAZYATTN_RAG_CUDA
       if (gpu && o.gpu_memory_budget) pages = gpu->max_pages();
 #endif
       const std::int64_t capacity = cache_docs_for_pages(wc, o.page_size, pages);
       Analytic a = analytic(wc, capacity);
       a.top_c_same_draws = top_c_hit_ratio(w, capacity, o.warmup);
+      // The ideal at the budget's own document count (pools of another type hold more or fewer).
+      const std::int64_t budget_docs = cache_docs_for_pages(wc, o.page_size, budget_pages);
+      const double ideal_at_budget = top_c_hit_ratio(w, budget_docs, o.warmup);
       for (Mode mode : o.modes) {
         ++point;
         std::unique_ptr<CpuBackend> cpu;
@@ -327,7 +363,7 @@ int run(const Options& o) {
 #endif
         if (!backend) {
           cpu = std::make_unique<CpuBackend>(model, pages, o.page_size, o.weight_seed,
-                                             store_policy(o.engine.eviction));
+                                             store_policy(o.engine.eviction), o.kv_dtype);
           backend = cpu.get();
         }
         EngineConfig ec = o.engine;
@@ -357,6 +393,9 @@ int run(const Options& o) {
         j.open();
         j.field("mode", std::string(to_string(mode))).field("rate", rate);
         write_summary(j, s, r, a);
+        j.field("budget_docs", budget_docs)
+            .field("top_c_hit_ratio_same_draws_at_budget", ideal_at_budget);
+        if (cpu) j.field("fp8_saturated", cpu->fp8_saturated());
         write_requests(j, r);
         j.close();
       }
