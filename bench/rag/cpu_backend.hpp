@@ -349,7 +349,7 @@ class CpuBackend final : public Backend {
             }
             // K re-rotated from the values the pool holds, then stored again (rounded again).
             const float scale = store_.k_scale(l, g);
-            for (int d = 0; d < D; ++d) row[d] = value_of(k[from + d]) * scale;
+            for (int d = 0; d < D; ++d) row[d] = to_float(k[from + d]) * scale;
             by.apply(row.data());
             put(k + to, row.data(), D, scale);
           }
@@ -414,13 +414,6 @@ class CpuBackend final : public Backend {
     return sc;
   }
 
-  template <class T>
-  static float value_of(T x) {
-    if constexpr (std::is_same_v<T, float>)
-      return x;
-    else
-      return to_float(x);
-  }
   // n values into the pool at dst as its element type (fp8: x / scale, saturating to +-448 and
   // counted in fp8_saturated_ as KvStore::insert would refuse them).
   template <class T>

@@ -41,14 +41,6 @@ RunResult run(CpuBackend& b, const Workload& w) {
 }
 
 template <class T>
-double value(T x) {
-  if constexpr (std::is_same_v<T, float>)
-    return x;
-  else
-    return to_float(x);
-}
-
-template <class T>
 std::uint32_t bits(T x) {
   if constexpr (std::is_same_v<T, float>)
     return std::bit_cast<std::uint32_t>(x);
@@ -195,7 +187,7 @@ TEST_CASE("rag: block-attention's rotated copies in bfloat16 and fp8 pools", "[r
               const std::int64_t to = geo.offset(l, pd[i / kPage], h, i % kPage);
               for (int d = 0; d < geo.head_dim; ++d) {
                 v_diff += bits(v[from + d]) != bits(v[to + d]);
-                x[d] = value(k[from + d]) * scale;
+                x[d] = to_float(k[from + d]) * scale;
               }
               rope::rotate(f, move, std::span<double>(x));
               // Rounded once more: within half a unit in the last place of T at
@@ -205,7 +197,7 @@ TEST_CASE("rag: block-attention's rotated copies in bfloat16 and fp8 pools", "[r
               const double rel = std::is_same_v<T, float8_e4m3> ? 0x1p-4 : 0x1p-8;
               const double abs = std::is_same_v<T, float8_e4m3> ? 0x1p-10 * scale : 0;
               for (int d = 0; d < geo.head_dim; ++d) {
-                const double got = value(k[to + d]) * scale;
+                const double got = to_float(k[to + d]) * scale;
                 const double err = std::fabs(got - x[d]);
                 k_bad += !(err <= rel * std::fabs(x[d]) * 1.001 + abs + 1e-12);
                 if (move == 0) k_bad += bits(k[to + d]) != bits(k[from + d]);
