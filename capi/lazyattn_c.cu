@@ -159,6 +159,15 @@ lazyattn_status lazyattn_pool_create_with_eviction(int32_t num_layers, int32_t n
                      page_size, dtype, num_pages, device, eviction, out);
 }
 
+lazyattn_status lazyattn_pool_fingerprint(lazyattn_pool pool, uint64_t* out) {
+  const char* w = "lazyattn_pool_fingerprint";
+  return guarded(w, [&] {
+    lazyattn_pool_t& p = pool_of(pool, w);
+    check_out(out, w);
+    *out = p.pages.fingerprint();
+  });
+}
+
 lazyattn_status lazyattn_pool_eviction(lazyattn_pool pool, int32_t* eviction) {
   const char* w = "lazyattn_pool_eviction";
   return guarded(w, [&] {

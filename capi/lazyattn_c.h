@@ -28,7 +28,7 @@
 extern "C" {
 #endif
 
-#define LAZYATTN_C_ABI_VERSION 3
+#define LAZYATTN_C_ABI_VERSION 4
 
 typedef enum lazyattn_status {
   LAZYATTN_OK = 0,
@@ -117,6 +117,11 @@ LAZYATTN_C_API lazyattn_status lazyattn_pool_create(int32_t num_layers, int32_t 
 LAZYATTN_C_API lazyattn_status lazyattn_pool_create_with_eviction(
     int32_t num_layers, int32_t num_kv_heads, int32_t head_dim, int32_t page_size, int32_t dtype,
     int64_t num_pages, int32_t device, int32_t eviction, lazyattn_pool* out);
+/* A 64-bit hash of everything that decides what the pool's bookkeeping does next (documents,
+ * tails, pins, use clock, free lists, statistics; KvBookkeeping::fingerprint): pools given the
+ * same calls in the same order have equal ones. Tensor-parallel ranks compare theirs to find one
+ * whose bookkeeping went its own way (since ABI version 4). */
+LAZYATTN_C_API lazyattn_status lazyattn_pool_fingerprint(lazyattn_pool pool, uint64_t* out);
 /* The pool's eviction policy (a LAZYATTN_EVICTION_ value). */
 LAZYATTN_C_API lazyattn_status lazyattn_pool_eviction(lazyattn_pool pool, int32_t* eviction);
 LAZYATTN_C_API lazyattn_status lazyattn_pool_destroy(lazyattn_pool pool); /* NULL: no-op */

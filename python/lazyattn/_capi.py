@@ -8,7 +8,7 @@ import ctypes
 import glob
 import os
 
-ABI_VERSION = 3
+ABI_VERSION = 4
 
 OK = 0
 ERROR_INVALID_ARGUMENT = 1
@@ -128,6 +128,7 @@ def _declare(h):
         "lazyattn_pool_create": (c.c_int, [i32, i32, i32, i32, i32, i64, i32, pvp]),
         "lazyattn_pool_create_with_eviction": (c.c_int, [i32, i32, i32, i32, i32, i64, i32, i32,
                                                          pvp]),
+        "lazyattn_pool_fingerprint": (c.c_int, [vp, pu64]),
         "lazyattn_pool_eviction": (c.c_int, [vp, pi32]),
         "lazyattn_pool_destroy": (c.c_int, [vp]),
         "lazyattn_pool_stats_get": (c.c_int, [vp, c.POINTER(PoolStats)]),

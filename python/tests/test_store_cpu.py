@@ -200,6 +200,36 @@ class StoreTest(unittest.TestCase):
         self.assert_fails("not a live handle", "pool_eviction", p.h,
                           ctypes.byref(ctypes.c_int32()))
 
+    def test_fingerprints(self):
+        """Pools given the same calls have equal fingerprints (what tensor-parallel ranks
+        compare); a call that changes the bookkeeping changes it; a failed one does not."""
+        a, b = Pool(num_pages=8), Pool(num_pages=8)
+
+        def fp(p):
+            out = ctypes.c_uint64()
+            capi.call("pool_fingerprint", p.h, ctypes.byref(out))
+            return out.value
+
+        self.assertEqual(fp(a), fp(b))
+        docs = [p.insert(key(1), 32, pin=False) for p in (a, b)]
+        for p in (a, b):
+            p.find(key(2))
+        self.assertEqual(fp(a), fp(b))
+        before = fp(a)
+        a.find(key(1))
+        self.assertNotEqual(fp(a), before)
+        b.find(key(1))
+        self.assertEqual(fp(a), fp(b))
+        before = fp(a)
+        self.assert_fails("length 0", "doc_allocate", a.h, 9, 9, capi.FORM_LOCAL, 0,
+                          ctypes.byref(ctypes.c_uint64()), None, pool=a)
+        self.assertEqual(fp(a), before)
+        self.assertTrue(a.live(docs[0]))
+        a.destroy()
+        b.destroy()
+        self.assert_fails("not a live handle", "pool_fingerprint", a.h,
+                          ctypes.byref(ctypes.c_uint64()))
+
     def test_document_keys(self):
         toks = (ctypes.c_int32 * 3)(1, 2, 3)
         hi, lo, hi2, lo2 = (ctypes.c_uint64() for _ in range(4))

@@ -261,6 +261,9 @@ class KvBookkeeping {
   // naming the first inconsistency. For tests; O(pages + documents + tails). Defined in
   // kv/bookkeeping_validate.hpp.
   void validate() const;
+  // A 64-bit hash of all that decides what the bookkeeping does next: stores given the same calls
+  // in the same order have equal ones, whatever their ids (kv/bookkeeping_fingerprint.hpp).
+  std::uint64_t fingerprint() const;
 
  protected:
   static constexpr std::int64_t kMaxLength = detail::kMaxTokens;
@@ -583,3 +586,4 @@ class KvBookkeeping {
 // validate(), out of line: the invariants are their own idea, and this header stays the
 // bookkeeping.
 #include "lazyattn/kv/bookkeeping_validate.hpp"  // IWYU pragma: export
+#include "lazyattn/kv/bookkeeping_fingerprint.hpp"  // IWYU pragma: export
