@@ -10,6 +10,9 @@
 //           local_no_pdl  local with DecodeArgs::pdl = false (every other mode runs with the
 //                     default, programmatic dependent launch: each call's index loads overlap
 //                     the previous call's tail)
+//           local_fp8, rope_off_fp8  local and rope_off over an fp8 (e4m3) pool of the same
+//                     pages (scales 1): half the bytes for the same keys; `keys_per_s` compares
+//                     throughput across element types
 //   shapes: batch x context in {1x32768, 16x16384, 64x4096, 128x8192}, each request one document
 //           of context - 32 tokens and a 32-token tail; and "rag": 5 documents x 2048 tokens at
 //           shuffled starts + 32-token tail, against "single": one segment of the same length.
@@ -47,7 +50,7 @@ struct Shape {
   bool rag;     // 5 x 2048 documents at shuffled starts instead of one document
 };
 
-enum class Mode { kLocal, kRaw, kRopeOff, kReencode, kLocalNoPdl };
+enum class Mode { kLocal, kRaw, kRopeOff, kReencode, kLocalNoPdl, kLocalFp8, kRopeOffFp8 };
 
 const char* name(Mode m) {
   switch (m) {
@@ -56,6 +59,8 @@ const char* name(Mode m) {
     case Mode::kRopeOff: return "rope_off";
     case Mode::kReencode: return "reencode";
     case Mode::kLocalNoPdl: return "local_no_pdl";  // DecodeArgs::pdl = false
+    case Mode::kLocalFp8: return "local_fp8";
+    case Mode::kRopeOffFp8: return "rope_off_fp8";
   }
   return "?";
 }
@@ -66,6 +71,7 @@ struct Setup {
   int layers = 1;
   std::unique_ptr<KvStore> store;
   std::unique_ptr<cuda::DevicePool> pool;
+  std::unique_ptr<cuda::DevicePool> pool_fp8;  // the same pages, e4m3 codes
   std::unique_ptr<cuda::DeviceRope> rope;
   cuda::DevicePlan plan_local, plan_raw;
   cuda::DeviceReencode reencode;
@@ -120,6 +126,10 @@ std::unique_ptr<Setup> build(const Shape& shape) {
   dev_cfg.num_pages = 2 * pages;  // spare pages: the re-encode copies land there
   s->pool = std::make_unique<cuda::DevicePool>(dev_cfg);
   s->pool->fill_uniform(12345);
+  KvStoreConfig fp8_cfg = cfg;
+  fp8_cfg.dtype = DType::kFloat8E4M3;
+  s->pool_fp8 = std::make_unique<cuda::DevicePool>(fp8_cfg);
+  s->pool_fp8->fill_uniform(12345);
   s->rope = std::make_unique<cuda::DeviceRope>(llama3_rope());
 
   std::mt19937_64 rng(7);
@@ -222,10 +232,11 @@ void run_once(Setup& s, Mode mode, int layer, cudaStream_t stream) {
   a.params.num_qo_heads = kQoHeads;
   a.params.num_kv_heads = kKvHeads;
   a.params.head_dim = kHeadDim;
-  a.rope = mode != Mode::kRopeOff;
+  a.rope = mode != Mode::kRopeOff && mode != Mode::kRopeOffFp8;
   a.pdl = mode != Mode::kLocalNoPdl;
   const cuda::DevicePlan& plan = mode == Mode::kRaw ? s.plan_raw : s.plan_local;
-  cuda::decode(a, *s.pool, plan, *s.rope, s.ws, stream);
+  const bool fp8 = mode == Mode::kLocalFp8 || mode == Mode::kRopeOffFp8;
+  cuda::decode(a, fp8 ? *s.pool_fp8 : *s.pool, plan, *s.rope, s.ws, stream);
 }
 
 void bench_decode(benchmark::State& state, Shape shape, Mode mode) {
@@ -240,9 +251,14 @@ void bench_decode(benchmark::State& state, Shape shape, Mode mode) {
         [&](int) { run_once(s, mode, it++ % s.layers, stream); }, stream));
   }
   // Bytes that define the figure: K and V read once (the copy moves them twice: read + write).
+  const bool fp8 = mode == Mode::kLocalFp8 || mode == Mode::kRopeOffFp8;
   double bytes = mode == Mode::kReencode ? 2.0 * static_cast<double>(s.doc_bytes)
-                                         : static_cast<double>(s.kv_bytes);
+                                         : static_cast<double>(s.kv_bytes) / (fp8 ? 2 : 1);
   state.counters["bytes"] = bytes;
+  // Keys (of every KV head) per second: the figure that compares element types.
+  state.counters["keys_per_s"] =
+      benchmark::Counter(static_cast<double>(shape.batch) * shape.context * state.iterations(),
+                         benchmark::Counter::kIsRate);
   state.counters["TBps"] = benchmark::Counter(bytes * 1e-12 * state.iterations(),
                                               benchmark::Counter::kIsRate);
   state.counters["batch"] = shape.batch;
@@ -282,8 +298,8 @@ std::vector<Shape> bench_shapes() {
 
 int main(int argc, char** argv) {
   for (const Shape& sh : bench_shapes()) {
-    std::vector<Mode> modes{Mode::kLocal, Mode::kRaw, Mode::kRopeOff, Mode::kReencode,
-                            Mode::kLocalNoPdl};
+    std::vector<Mode> modes{Mode::kLocal,      Mode::kRaw,      Mode::kRopeOff,   Mode::kReencode,
+                            Mode::kLocalNoPdl, Mode::kLocalFp8, Mode::kRopeOffFp8};
     for (Mode m : modes) {
       std::string n = std::string("decode/B") + std::to_string(sh.batch) + "_L" +
                       std::to_string(sh.context) + (sh.rag ? "_rag" : "_single") + "/" + name(m);

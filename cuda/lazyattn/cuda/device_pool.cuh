@@ -2,6 +2,9 @@
 // store, so a host Plan's page tables index it unchanged. Upload and download of pages.
 #pragma once
 
+#include <cuda_fp8.h>
+
+#include <cmath>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -26,15 +29,24 @@ __global__ void fill_uniform_kernel(T* data, std::int64_t n, std::uint64_t seed)
     float u = static_cast<float>(x >> 40) * 0x1p-23f - 1.0f;
     if constexpr (std::is_same_v<T, float>) data[i] = u;
     else if constexpr (std::is_same_v<T, __nv_bfloat16>) data[i] = __float2bfloat16_rn(u);
+    else if constexpr (std::is_same_v<T, __nv_fp8_storage_t>)
+      data[i] = __nv_cvt_float_to_fp8(u, __NV_SATFINITE, __NV_E4M3);
     else data[i] = __float2half_rn(u);
   }
 }
 
 }  // namespace detail
 
-// Fills a device array of `count` elements of `dtype` with hashed uniform values in [-1, 1).
+// Fills a device array of `count` elements of `dtype` with hashed uniform values in [-1, 1)
+// (fp8: their e4m3 codes).
 inline void fill_uniform(void* data, DType dtype, std::int64_t count, std::uint64_t seed,
                          cudaStream_t stream = nullptr) {
+  if (dtype == DType::kFloat8E4M3) {
+    detail::fill_uniform_kernel<<<1024, 256, 0, stream>>>(static_cast<__nv_fp8_storage_t*>(data),
+                                                          count, seed);
+    LAZYATTN_CUDA_CHECK_LAUNCH();
+    return;
+  }
   dispatch_dtype(dtype, [&](auto tag) {
     using T = device_type_t<decltype(tag)>;
     detail::fill_uniform_kernel<T><<<1024, 256, 0, stream>>>(static_cast<T*>(data), count, seed);
@@ -53,7 +65,9 @@ class DevicePool {
         k_(static_cast<std::size_t>(geometry_.elements()) * size_of(config.dtype)),
         v_(static_cast<std::size_t>(geometry_.elements()) * size_of(config.dtype)),
         k_base_(k_.data()),
-        v_base_(v_.data()) {}
+        v_base_(v_.data()) {
+    upload_scales();
+  }
 
   // Over K and V pools the caller owns (a framework's tensors, say), shaped and typed as above,
   // 16-byte aligned, and outliving this object. Nothing is allocated.
@@ -68,12 +82,27 @@ class DevicePool {
                        reinterpret_cast<std::uintptr_t>(v) % 16 == 0,
                    "DevicePool: external K/V pools must be 16-byte aligned (tiles are read in "
                    "16-byte vectors)");
+    upload_scales();
   }
 
   const KvStoreConfig& config() const { return config_; }
   const PoolGeometry& geometry() const { return geometry_; }
   DType dtype() const { return config_.dtype; }
   std::size_t element_size() const { return static_cast<std::size_t>(size_of(config_.dtype)); }
+
+  // An fp8 pool's K and V scales of layer `layer`, [num_kv_heads] floats on the device (the
+  // config's, or 1); null for other pools.
+  const float* k_scales(int layer) const { return scales_at(k_scales_, layer); }
+  const float* v_scales(int layer) const { return scales_at(v_scales_, layer); }
+
+  // fp8 pools: how many values the page writes (cuda::write_tokens, copy_tokens) stored as
+  // +-448 because |x / scale| was past e4m3's range (KvStore::insert refuses those); waits for
+  // the device. 0 for other pools.
+  std::int64_t fp8_saturated() const {
+    if (!saturated_.size()) return 0;
+    return static_cast<std::int64_t>(saturated_.download()[0]);
+  }
+  unsigned long long* saturation_counter() { return saturated_.data(); }
 
   // Base of layer `layer` of the K or V pool (bytes; cast to the element type).
   void* k_layer(int layer) { return k_base_ + layer_offset_bytes(layer); }
@@ -134,12 +163,18 @@ class DevicePool {
                    w, ": page_size ", c.page_size, ", expected a power of two in [1, 1024]");
     LAZYATTN_CHECK(c.num_pages >= 1 && c.num_pages <= 0x7fffffff, w, ": num_pages ", c.num_pages,
                    ", expected in [1, 2^31 - 1]");
-    LAZYATTN_CHECK(c.dtype != DType::kFloat8E4M3, w,
-                   ": dtype float8_e4m3: the CUDA kernels do not read fp8 pools yet, expected "
-                   "bfloat16 or float16");
     LAZYATTN_CHECK(c.dtype == DType::kFloat32 || c.dtype == DType::kFloat16 ||
-                       c.dtype == DType::kBFloat16,
+                       c.dtype == DType::kBFloat16 || c.dtype == DType::kFloat8E4M3,
                    w, ": dtype value ", static_cast<int>(c.dtype), ", expected a DType");
+    const std::size_t heads = static_cast<std::size_t>(c.num_layers) * c.num_kv_heads;
+    for (const std::vector<float>* s : {&c.k_scale, &c.v_scale}) {
+      LAZYATTN_CHECK(s->empty() || (c.dtype == DType::kFloat8E4M3 && s->size() == heads), w,
+                     ": ", s == &c.k_scale ? "k_scale" : "v_scale", " has ", s->size(),
+                     " entries, expected none or (fp8 pools) num_layers x num_kv_heads = ", heads);
+      for (float x : *s)
+        LAZYATTN_CHECK(std::isfinite(x) && x > 0.0f, w, ": a scale is ", x,
+                       ", expected finite and positive");
+    }
     const double bytes = 2.0 * c.num_layers * c.num_pages * c.num_kv_heads * c.page_size *
                          c.head_dim * size_of(c.dtype);
     LAZYATTN_CHECK(bytes < 9.0e18, w, ": ", bytes, " bytes of K and V, expected less than 2^63");
@@ -156,9 +191,11 @@ class DevicePool {
     const KvStoreConfig& c = store.config();
     LAZYATTN_CHECK(c.num_layers == config_.num_layers && c.num_kv_heads == config_.num_kv_heads &&
                        c.head_dim == config_.head_dim && c.page_size == config_.page_size &&
-                       c.num_pages <= config_.num_pages && c.dtype == config_.dtype,
-                   where, ": the store's geometry differs from the device pool's (a device pool "
-                   "may have more pages than the store, nothing else may differ)");
+                       c.num_pages <= config_.num_pages && c.dtype == config_.dtype &&
+                       c.k_scale == config_.k_scale && c.v_scale == config_.v_scale,
+                   where, ": the store's geometry, element type or fp8 scales differ from the "
+                   "device pool's (a device pool may have more pages than the store, nothing "
+                   "else may differ)");
   }
 
   // Calls copy(host offset, device offset, bytes) per page and layer. The offsets differ when the
@@ -177,8 +214,31 @@ class DevicePool {
     }
   }
 
+  // fp8 pools: the scales on the device, [num_layers][num_kv_heads] (1 where the config has none).
+  void upload_scales() {
+    if (config_.dtype != DType::kFloat8E4M3) return;
+    saturated_ = DeviceBuffer<unsigned long long>(1);
+    LAZYATTN_CUDA_CHECK(cudaMemset(saturated_.data(), 0, saturated_.bytes()));
+    const std::size_t n = static_cast<std::size_t>(config_.num_layers) * config_.num_kv_heads;
+    for (auto [host, dev] : {std::pair{&config_.k_scale, &k_scales_},
+                             std::pair{&config_.v_scale, &v_scales_}}) {
+      std::vector<float> values = host->empty() ? std::vector<float>(n, 1.0f) : *host;
+      *dev = DeviceBuffer<float>(n);
+      LAZYATTN_CUDA_CHECK(
+          cudaMemcpy(dev->data(), values.data(), n * sizeof(float), cudaMemcpyHostToDevice));
+    }
+  }
+  const float* scales_at(const DeviceBuffer<float>& s, int layer) const {
+    LAZYATTN_CHECK(layer >= 0 && layer < config_.num_layers, "DevicePool: layer ", layer,
+                   ", expected in [0, ", config_.num_layers, ")");
+    return s.size() ? s.data() + static_cast<std::size_t>(layer) * config_.num_kv_heads : nullptr;
+  }
+
   KvStoreConfig config_;
   PoolGeometry geometry_;
+  DeviceBuffer<float> k_scales_;  // fp8 pools only
+  DeviceBuffer<float> v_scales_;
+  DeviceBuffer<unsigned long long> saturated_;
   DeviceBuffer<std::byte> k_;  // empty over external pools
   DeviceBuffer<std::byte> v_;
   std::byte* k_base_ = nullptr;

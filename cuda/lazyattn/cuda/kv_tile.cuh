@@ -15,10 +15,12 @@ namespace lazyattn::cuda::detail {
 inline constexpr int kTileKeys = 64;
 
 // Element (row, chunk) of a [rows][D] 16-bit tile, 16-byte chunks XOR-swizzled by row: the eight
-// rows one ldmatrix reads for a chunk land in eight different bank groups.
+// rows one ldmatrix reads for a chunk land in eight different bank groups. Rows of fewer than
+// eight chunks (an fp8 tile of head dim 64 seen as 16-bit: four) swizzle over the chunks they have.
 template <int D>
 __device__ __forceinline__ int swizzle(int row, int chunk) {
-  return row * D + ((chunk ^ (row & 7)) << 3);
+  constexpr int kMask = (D / 8 < 8 ? D / 8 : 8) - 1;
+  return row * D + ((chunk ^ (row & kMask)) << 3);
 }
 
 // Element (row, chunk) of a [kRows][D] 16-bit tile kept as D/64 column blocks of [kRows][64],
@@ -68,14 +70,16 @@ struct TileStream {
 
   // The stream of KV head `kv_head`'s tiles as thread `tid` loads them, from a kernel's
   // parameters (DecodeParams, PrefillParams: the schedule's tiles, the plan's page ids, the pool).
-  template <class Params>
+  // kPack pool elements make one T: 2 for fp8 pools read as 16-bit tiles of D = head dim / 2
+  // (the pool's strides count its own elements).
+  template <int kPack = 1, class Params>
   __device__ static TileStream for_head(const Params& p, int kv_head, int tile_end, int tid,
                                         T* stages) {
     return TileStream{p.sched.tiles,
                       p.plan.page_ids,
-                      static_cast<const T*>(p.k_pool) + kv_head * p.head_stride,
-                      static_cast<const T*>(p.v_pool) + kv_head * p.head_stride,
-                      p.page_stride,
+                      static_cast<const T*>(p.k_pool) + kv_head * p.head_stride / kPack,
+                      static_cast<const T*>(p.v_pool) + kv_head * p.head_stride / kPack,
+                      p.page_stride / kPack,
                       p.page_size_log2,
                       tile_end,
                       tid % kChunks,

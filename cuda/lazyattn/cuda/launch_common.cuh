@@ -28,8 +28,17 @@ void check_attention_args(const char* where, const Args& args, const DevicePool&
                  ", expected the pool's ", geo.num_kv_heads);
   LAZYATTN_CHECK(ap.head_dim == geo.head_dim, where, ": head_dim ", ap.head_dim,
                  ", expected the pool's ", geo.head_dim);
-  LAZYATTN_CHECK(args.dtype == pool.dtype(), where, ": dtype ", to_string(args.dtype),
-                 ", expected the pool's ", to_string(pool.dtype()));
+  if (pool.dtype() == DType::kFloat8E4M3) {
+    LAZYATTN_CHECK(!prefill, where,
+                   ": a float8_e4m3 pool: the prefill kernels do not read fp8 pools yet, expected "
+                   "a bfloat16 or float16 pool");
+    LAZYATTN_CHECK(args.dtype == DType::kBFloat16 || args.dtype == DType::kFloat16, where,
+                   ": dtype ", to_string(args.dtype), " over a float8_e4m3 pool, expected "
+                   "bfloat16 or float16 queries and outputs");
+  } else {
+    LAZYATTN_CHECK(args.dtype == pool.dtype(), where, ": dtype ", to_string(args.dtype),
+                   ", expected the pool's ", to_string(pool.dtype()));
+  }
   check_supported(where, args.dtype, ap, prefill);
   LAZYATTN_CHECK(args.q && args.o, where, ": q and o must be device pointers, got null");
   LAZYATTN_CHECK(reinterpret_cast<std::uintptr_t>(args.q) % 16 == 0, where,

@@ -111,6 +111,15 @@ __device__ __forceinline__ void mma_16816(float (&d)[4], const std::uint32_t (&a
   }
 }
 
+// Two fp8 e4m3 codes (bits 0-7 and 8-15 of x) as two halves in one register, the low byte's in
+// the low half. Exact: every e4m3 value is a normal half. sm_89 and later.
+__device__ __forceinline__ std::uint32_t e4m3x2_to_half2(std::uint32_t x) {
+  std::uint32_t r;
+  const unsigned short pair = static_cast<unsigned short>(x);
+  asm("cvt.rn.f16x2.e4m3x2 %0, %1;\n" : "=r"(r) : "h"(pair));
+  return r;
+}
+
 // 2^x in one MUFU.EX2 (ex2.approx.ftz: relative error about 2^-22, denormals flushed); -inf -> 0.
 __device__ __forceinline__ float exp2_approx(float x) {
   float y;

@@ -170,6 +170,9 @@ class DeviceReencode {
   // Runs the copy for one layer.
   void run(DevicePool& pool, int layer, const DeviceRope& rope, cudaStream_t stream = nullptr) const {
     rope.policy().check_form(StorageForm::kLocal, "cuda::DeviceReencode::run");
+    LAZYATTN_CHECK(pool.dtype() != DType::kFloat8E4M3,
+                   "cuda::DeviceReencode::run: a float8_e4m3 pool: the re-encoding copy does not "
+                   "re-quantize yet, expected a bfloat16 or float16 pool");
     if (num_segments_ == 0 || max_length_ == 0) return;
     const PoolGeometry& geo = pool.geometry();
     int log2_page = 0;

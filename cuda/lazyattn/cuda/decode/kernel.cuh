@@ -18,6 +18,17 @@
 // with it, the local-form loop runs at 255 registers and slower. kRope = false is the RoPE-off
 // baseline (keys pre-rotated at logical positions, queries pre-rotated by the caller).
 //
+// fp8 pools (kFp8; local form and RoPE off): tiles of e4m3 codes stream as 16-bit tiles of half
+// the columns, so the loader is the same, and are dequantized in registers, exactly, to halves:
+// the query, P and both MMAs run in half whatever T is. A K fragment register from ldmatrix
+// holds four consecutive dims 4 t4 .. 4 t4 + 3 of one key, which is not the MMA's B layout
+// (dims 2 t4, 2 t4 + 1 and 2 t4 + 8, 2 t4 + 9); the dot product does not care which dim pairs
+// with which, so the query's A fragments take the same order (query_frag_fp8). V goes through
+// ldmatrix.trans, which leaves a thread two keys of two adjacent dims; a byte permute splits them
+// into the even dims' B register and the odd dims', so each MMA covers every other dim of a
+// 16-dim block (merge_warps_and_store maps the columns back). K's scale, one per KV head,
+// multiplies the scores; V's the output.
+//
 // Per CTA, in order: the first tiles' copies go out; the first query is built under them; then
 // per tile: wait for it, issue the next loads, switch the query if the tile's rotation differs,
 // S = Q K^T, the online softmax, O += P V, and the look-ahead (the next query, later angles);
@@ -29,6 +40,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #include "lazyattn/cuda/decode/merge.cuh"
 #include "lazyattn/cuda/decode/params.cuh"
@@ -41,13 +53,17 @@
 
 namespace lazyattn::cuda::detail {
 
-template <class T, int D, bool kRope, bool kRawTiles = true>
+template <class T, int D, bool kRope, bool kRawTiles = true, bool kFp8 = false>
 __global__ void __launch_bounds__(kDecodeThreads, 2)
     decode_kernel(const __grid_constant__ DecodeParams p) {
+  static_assert(!(kFp8 && kRawTiles), "fp8 pools: local form and RoPE off only");
   using Shape = DecodeShape<D>;
+  // The 16-bit type of the rotated query, P and the MMAs; the tiles' columns in that type.
+  using TQ = std::conditional_t<kFp8, __half, T>;
+  constexpr int kTileCols = kFp8 ? D / 2 : D;
   extern __shared__ __align__(128) unsigned char smem[];
-  T* stage_base = reinterpret_cast<T*>(smem);
-  T* q_rot_buf = reinterpret_cast<T*>(smem + Shape::kQRotOffset);               // [2][row][D]
+  TQ* stage_base = reinterpret_cast<TQ*>(smem);
+  TQ* q_rot_buf = reinterpret_cast<TQ*>(smem + Shape::kQRotOffset);             // [2][row][D]
   float2* cs_query = reinterpret_cast<float2*>(smem + Shape::kCsQueryOffset);  // [2][pair]
 
   ptx::launch_dependents();  // the next grid's CTAs may take SMs as this grid's leave
@@ -83,7 +99,8 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
   // Every global load that a cp.async address depends on is made one iteration before its use,
   // so no dependent load chain (tile -> page id -> address) stalls the issue.
   constexpr int S = Shape::kStages;
-  auto stream = TileStream<T, D, kDecodeThreads, S>::for_head(p, kv_head, tile_end, tid, stage_base);
+  auto stream = TileStream<TQ, kTileCols, kDecodeThreads, S>::template for_head<kFp8 ? 2 : 1>(
+      p, kv_head, tile_end, tid, stage_base);
   // The records of the tile computed in this iteration and the next one (with the ring, only
   // for the first query). The raw-capable build without the ring keeps one more (`after`), so
   // that the look-ahead angles at the end of an iteration read a record two tiles ahead loaded
@@ -145,6 +162,9 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
     ptx::grid_dependency_wait();
   });
   if constexpr (!kEarly) load_records();
+  // fp8: the scales of this KV head (read after the grid-dependency wait, as the pools are).
+  const float k_scale = kFp8 ? p.k_scale[kv_head] : 1.0f;
+  const float v_scale = kFp8 ? p.v_scale[kv_head] : 1.0f;
 
   // The group's queries (16-bit, un-rotated) in global memory; rows >= G read as zero.
   const T* q_src = static_cast<const T*>(p.q) +
@@ -233,8 +253,8 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
         const float4 c = *reinterpret_cast<const float4*>(cs + fq_a + 2 * w);
         rotate_pair(x.x, y.x, make_float2(c.x, c.y));
         rotate_pair(x.y, y.y, make_float2(c.z, c.w));
-        xow[w] = ptx::pack2<T>(x.x, x.y);
-        yow[w] = ptx::pack2<T>(y.x, y.y);
+        xow[w] = ptx::pack2<TQ>(x.x, x.y);
+        yow[w] = ptx::pack2<TQ>(y.x, y.y);
       }
     } else {  // interleaved pairs (2j, 2j + 1) inside each word, or dims past the rotary ones
       const bool pass = fq_kind == kFqPass;
@@ -246,11 +266,11 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
         const float2 cy = pass ? pass_scale : cs[fq_b / 2 + w];
         rotate_pair(x.x, x.y, cx);
         rotate_pair(y.x, y.y, cy);
-        xow[w] = ptx::pack2<T>(x.x, x.y);
-        yow[w] = ptx::pack2<T>(y.x, y.y);
+        xow[w] = ptx::pack2<TQ>(x.x, x.y);
+        yow[w] = ptx::pack2<TQ>(y.x, y.y);
       }
     }
-    T* dst = q_rot_at(buf);
+    TQ* dst = q_rot_at(buf);
     *reinterpret_cast<uint4*>(dst + swizzle<D>(fq_row, fq_a >> 3)) = xo;
     *reinterpret_cast<uint4*>(dst + swizzle<D>(fq_row, fq_b >> 3)) = yo;
   };
@@ -262,7 +282,7 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
       cs_tag0 = kNoDelta;  // unscaled: not for build_fast
     }
     __syncthreads();
-    T* dst = q_rot_at(buf);
+    TQ* dst = q_rot_at(buf);
     for (int i = tid; i < kRows * D; i += kDecodeThreads) {
       int row = i / D, d = i % D;
       float v = 0.0f;
@@ -276,18 +296,33 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
           v = rotate_element(x, y, cs_query[rp.j], rp.first) * p.rope.query_scale;
         }
       }
-      dst[swizzle<D>(row, d >> 3) + (d & 7)] = ptx::from_f32<T>(v * p.sm_scale_log2);
+      dst[swizzle<D>(row, d >> 3) + (d & 7)] = ptx::from_f32<TQ>(v * p.sm_scale_log2);
     }
     __syncthreads();
+  };
+  // fp8: k-step kk's A fragments in the K fragments' dim order: a[0], a[2] take dims
+  // 16 kk + 4 t4 + {0, 1} and {2, 3} of row g (a[1], a[3] of row g + 8), one 8-byte load each.
+  auto query_frag_fp8 = [&](std::uint32_t (&a)[4], const TQ* src, int kk) {
+    const int chunk = 2 * kk + (t4 >> 1), within = (4 * t4) & 7;
+    const uint2 r0 = *reinterpret_cast<const uint2*>(src + swizzle<D>(g, chunk) + within);
+    const uint2 r1 = *reinterpret_cast<const uint2*>(src + swizzle<D>(g + 8, chunk) + within);
+    a[0] = r0.x;
+    a[1] = r1.x;
+    a[2] = r0.y;
+    a[3] = r1.y;
   };
   // The query of buffer buf into the A fragments (registers up to D = 128).
   auto load_query = [&](int buf) {
     if constexpr (kQRegs) {
-      const T* src = q_rot_at(buf);
+      const TQ* src = q_rot_at(buf);
 #pragma unroll
       for (int kk = 0; kk < Shape::kKSteps; ++kk) {
-        int row = (mi & 1) * 8 + (lane & 7);
-        ptx::ldmatrix_x4(qa[kk], ptx::smem_addr(src + swizzle<D>(row, 2 * kk + (mi >> 1))));
+        if constexpr (kFp8) {
+          query_frag_fp8(qa[kk], src, kk);
+        } else {
+          int row = (mi & 1) * 8 + (lane & 7);
+          ptx::ldmatrix_x4(qa[kk], ptx::smem_addr(src + swizzle<D>(row, 2 * kk + (mi >> 1))));
+        }
       }
     }
   };
@@ -367,10 +402,10 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
       if (delta != q_delta) use_query(delta, tile & 1);
     }
 
-    const T* ks = stream.k_stage(it % S);
-    const T* vs = stream.v_stage(it % S);
+    const TQ* ks = stream.k_stage(it % S);
+    const TQ* vs = stream.v_stage(it % S);
     // Element (row, 16-byte chunk) of a K or V tile in the loader's layout.
-    auto kv_offset = [](int row, int chunk) { return swizzle<D>(row, chunk); };
+    auto kv_offset = [](int row, int chunk) { return swizzle<kTileCols>(row, chunk); };
 
     // ---- S = Q K^T for this warp's 16 keys ----------------------------------------------------
     float sc[2][4];
@@ -385,19 +420,44 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
       if constexpr (kQRegs) {
 #pragma unroll
         for (int r = 0; r < 4; ++r) a[r] = qa[kk][r];
+      } else if constexpr (kFp8) {
+        query_frag_fp8(a, q_rot_at(qbuf), kk);
       } else {
         int row = (mi & 1) * 8 + (lane & 7);
         ptx::ldmatrix_x4(a, ptx::smem_addr(q_rot_at(qbuf) + swizzle<D>(row, 2 * kk + (mi >> 1))));
       }
     };
-    if (!raw) {
+    if constexpr (kFp8) {
+      // One ldmatrix.x4 per two k-steps: matrix mi is keys 8 (mi & 1) .. + 7 of this warp's 16,
+      // k-step 2 k2 + (mi >> 1) (a 16-byte chunk of 16 codes).
+      const int row = warp * 16 + (mi & 1) * 8 + (lane & 7);
+#pragma unroll
+      for (int k2 = 0; k2 < Shape::kKSteps / 2; ++k2) {
+        std::uint32_t kr[4];
+        ptx::ldmatrix_x4(kr, ptx::smem_addr(ks + kv_offset(row, 2 * k2 + (mi >> 1))));
+#pragma unroll
+        for (int j = 0; j < 2; ++j) {
+          std::uint32_t a[4];
+          q_frag(a, 2 * k2 + j);
+#pragma unroll
+          for (int nt = 0; nt < 2; ++nt) {
+            const std::uint32_t r = kr[nt + 2 * j];
+            ptx::mma_16816<TQ>(sc[nt], a, ptx::e4m3x2_to_half2(r), ptx::e4m3x2_to_half2(r >> 16));
+          }
+        }
+      }
+#pragma unroll
+      for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) sc[nt][e] *= k_scale;
+    } else if (!raw) {
 #pragma unroll
       for (int kk = 0; kk < Shape::kKSteps; ++kk) {
         std::uint32_t kb[4], a[4];
         load_k(kb, kk);
         q_frag(a, kk);
-        ptx::mma_16816<T>(sc[0], a, kb[0], kb[1]);
-        ptx::mma_16816<T>(sc[1], a, kb[2], kb[3]);
+        ptx::mma_16816<TQ>(sc[0], a, kb[0], kb[1]);
+        ptx::mma_16816<TQ>(sc[1], a, kb[2], kb[3]);
       }
     } else if constexpr (kRope && kRawTiles) {
       scores_raw<T, D>(sc, key_cs, load_k, q_frag, rotary, interleaved);
@@ -426,15 +486,37 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
     }
 
     // ---- O += P V ------------------------------------------------------------------------------
-    std::uint32_t pa[4] = {ptx::pack2<T>(sc[0][0], sc[0][1]), ptx::pack2<T>(sc[0][2], sc[0][3]),
-                           ptx::pack2<T>(sc[1][0], sc[1][1]), ptx::pack2<T>(sc[1][2], sc[1][3])};
+    std::uint32_t pa[4] = {ptx::pack2<TQ>(sc[0][0], sc[0][1]), ptx::pack2<TQ>(sc[0][2], sc[0][3]),
+                           ptx::pack2<TQ>(sc[1][0], sc[1][1]), ptx::pack2<TQ>(sc[1][2], sc[1][3])};
     const int v_row = warp * 16 + (mi & 1) * 8 + (lane & 7);
+    if constexpr (kFp8) {
+      // Chunks c, c + 1 (16 dims each); matrix 2 j + h is keys 8 h .. 8 h + 7 of chunk c + j,
+      // and holds for this thread keys 2 t4, 2 t4 + 1 (+ 8 h) of dims 2 g, 2 g + 1 (bytes
+      // [key 2 t4: dim 2 g, 2 g + 1][key 2 t4 + 1: ...]). The even dims' B fragment takes bytes
+      // 0 and 2 of both matrices, the odd dims' bytes 1 and 3: acc[2 c'] then holds dims
+      // 16 c' + 2 n, acc[2 c' + 1] dims 16 c' + 2 n + 1.
 #pragma unroll
-    for (int c = 0; c < D / 8; c += 2) {
-      std::uint32_t vb[4];
-      ptx::ldmatrix_x4_trans(vb, ptx::smem_addr(vs + kv_offset(v_row, c + (mi >> 1))));
-      ptx::mma_16816<T>(acc[c], pa, vb[0], vb[1]);
-      ptx::mma_16816<T>(acc[c + 1], pa, vb[2], vb[3]);
+      for (int c = 0; c < D / 16; c += 2) {
+        std::uint32_t vr[4];
+        ptx::ldmatrix_x4_trans(vr, ptx::smem_addr(vs + kv_offset(v_row, c + (mi >> 1))));
+#pragma unroll
+        for (int j = 0; j < 2; ++j) {
+          const std::uint32_t even = __byte_perm(vr[2 * j], vr[2 * j + 1], 0x6420);
+          const std::uint32_t odd = __byte_perm(vr[2 * j], vr[2 * j + 1], 0x7531);
+          ptx::mma_16816<TQ>(acc[2 * (c + j)], pa, ptx::e4m3x2_to_half2(even),
+                             ptx::e4m3x2_to_half2(even >> 16));
+          ptx::mma_16816<TQ>(acc[2 * (c + j) + 1], pa, ptx::e4m3x2_to_half2(odd),
+                             ptx::e4m3x2_to_half2(odd >> 16));
+        }
+      }
+    } else {
+#pragma unroll
+      for (int c = 0; c < D / 8; c += 2) {
+        std::uint32_t vb[4];
+        ptx::ldmatrix_x4_trans(vb, ptx::smem_addr(vs + kv_offset(v_row, c + (mi >> 1))));
+        ptx::mma_16816<TQ>(acc[c], pa, vb[0], vb[1]);
+        ptx::mma_16816<TQ>(acc[c + 1], pa, vb[2], vb[3]);
+      }
     }
 
     // ---- ahead: the next tile's query, the angles of the one after --------------------------
@@ -473,8 +555,9 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
   }
 
   const int num_splits = p.sched.request_num_splits[b];
-  merge_warps_and_store<T, D>(p, smem, acc, row_max, row_sum, num_splits,
-                              p.sched.request_partial_offset[b] + split, kv_head, q_row0);
+  merge_warps_and_store<T, D, kFp8>(p, smem, acc, row_max, row_sum, num_splits,
+                                    p.sched.request_partial_offset[b] + split, kv_head, q_row0,
+                                    v_scale);
   if (num_splits == 1) return;
   merge_splits<T, D>(p, smem, b, num_splits, kv_head, q_row0);
 }

@@ -110,6 +110,14 @@ inline void decode(const DecodeArgs& args, const DevicePool& pool, const DeviceP
   p.partial_lse = scratch.partial_lse;
   p.split_counters = scratch.split_counters;
   p.num_kv_heads = ap.num_kv_heads;
+  const bool fp8 = pool.dtype() == DType::kFloat8E4M3;
+  if (fp8) {
+    LAZYATTN_CHECK(!(args.rope && plan.has_raw_segments()), w,
+                   ": raw-form segments over a float8_e4m3 pool: the fp8 decode reads local-form "
+                   "(and RoPE-off) keys only so far, expected local-form documents and tails");
+    p.k_scale = pool.k_scales(args.layer);
+    p.v_scale = pool.v_scales(args.layer);
+  }
 
   dispatch_dtype(args.dtype, [&](auto tag) {
     using E = decltype(tag);
@@ -128,6 +136,11 @@ inline void decode(const DecodeArgs& args, const DevicePool& pool, const DeviceP
           LAZYATTN_CUDA_CHECK_LAUNCH();
         };
         constexpr int kSmem = detail::DecodeShape<D>::kSmemBytes;
+        if (fp8) {
+          if (!args.rope) launch(detail::decode_kernel<T, D, false, false, true>, kSmem);
+          else launch(detail::decode_kernel<T, D, true, false, true>, kSmem);
+          return;
+        }
         if (!args.rope) launch(detail::decode_kernel<T, D, false, false>, kSmem);
         else if (plan.has_raw_segments()) launch(detail::decode_kernel<T, D, true, true>, kSmem);
         else launch(detail::decode_kernel<T, D, true, false>, kSmem);

@@ -14,14 +14,17 @@
 namespace lazyattn::cuda::detail {
 
 // Merges the warps' states (acc, row_max, this thread's row_sum share) and writes the group's
-// rows: the output and LSE when the request has one split, else this split's partial state.
-// Every thread of the CTA calls it, after its last tile.
-template <class T, int D>
+// rows: the output and LSE when the request has one split, else this split's partial state,
+// times out_scale (an fp8 pool's V scale). Every thread of the CTA calls it, after its last tile.
+// kFp8Cols: acc[n] in the fp8 build's column order (decode/kernel.cuh): acc[2 c + e][0] and [1]
+// are dims 16 c + 4 t4 + e and that + 2; else acc[n][0] and [1] are dims 8 n + 2 t4 and + 1.
+template <class T, int D, bool kFp8Cols = false>
 __device__ __forceinline__ void merge_warps_and_store(const DecodeParams& p, unsigned char* smem,
                                                       const float (&acc)[D / 8][4],
                                                       const float (&row_max)[2],
                                                       float (&row_sum)[2], int num_splits,
-                                                      int partial, int kv_head, int q_row0) {
+                                                      int partial, int kv_head, int q_row0,
+                                                      float out_scale = 1.0f) {
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
   const int G = p.group_size;
   // ---- merge the four warps' states through shared memory ----------------------------------
@@ -36,13 +39,14 @@ __device__ __forceinline__ void merge_warps_and_store(const DecodeParams& p, uns
   constexpr int kRowStride = D + 4;  // acc, max, sum, pad: rows at 16-byte boundaries
 #pragma unroll
   for (int n = 0; n < D / 8; ++n) {
-    int col = n * 8 + 2 * t4;
+    const int col = kFp8Cols ? 8 * (n & ~1) + 4 * t4 + (n & 1) : n * 8 + 2 * t4;
+    constexpr int kNext = kFp8Cols ? 2 : 1;  // the column of acc[n][1]
     float* r0 = merge + (warp * kRows + g) * kRowStride;
     float* r1 = merge + (warp * kRows + g + 8) * kRowStride;
     r0[col] = acc[n][0];
-    r0[col + 1] = acc[n][1];
+    r0[col + kNext] = acc[n][1];
     r1[col] = acc[n][2];
-    r1[col + 1] = acc[n][3];
+    r1[col + kNext] = acc[n][3];
   }
   if (t4 == 0) {
     merge[(warp * kRows + g) * kRowStride + D] = row_max[0];
@@ -75,7 +79,7 @@ __device__ __forceinline__ void merge_warps_and_store(const DecodeParams& p, uns
         o_all.w += a.w * wgt;
       }
     }
-    const float inv = l_all > 0.0f ? 1.0f / l_all : 0.0f;
+    const float inv = l_all > 0.0f ? out_scale / l_all : 0.0f;
     const float4 out = make_float4(o_all.x * inv, o_all.y * inv, o_all.z * inv, o_all.w * inv);
     const float lse2 = l_all > 0.0f ? m_all + log2f(l_all) : -INFINITY;
     const int head = kv_head * G + row;

@@ -37,6 +37,10 @@ struct DecodeParams {
   std::int32_t num_kv_heads = 0;
   std::int32_t group_size = 0;
   std::int32_t page_size_log2 = 0;
+  // fp8 pools: this layer's K and V scales, [num_kv_heads] (a stored code times its head's scale
+  // is the value); null for 16-bit pools.
+  const float* k_scale = nullptr;
+  const float* v_scale = nullptr;
 };
 
 namespace detail {

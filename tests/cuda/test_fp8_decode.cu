@@ -1,0 +1,260 @@
+// [cuda] fp8 (e4m3) pools on the device: the decode over local-form (and absolute) pages of fp8
+// codes against the float64 reference over the same dequantized values, with the error rule's
+// bar set by the eager baseline in 16 bits over those values; page writes that quantize on the
+// way in; and the calls that do not take fp8 pools yet, refused by name.
+#include "support/catch.hpp"
+
+#include <array>
+#include <cmath>
+#include <numeric>
+#include <random>
+#include <span>
+#include <vector>
+
+#include "cuda/harness.cuh"
+
+using namespace lazyattn;
+using namespace lazyattn::test;
+using lazyattn::test::ref::ScenarioSpec;
+
+namespace {
+
+// A decode scenario the fp8 decode takes: local-form documents, local or absolute tails, every
+// schedule that does not depend on the request length.
+ScenarioSpec fp8_decode_spec(std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  auto pick = [&](auto const& options) {
+    return options[std::uniform_int_distribution<std::size_t>(0, std::size(options) - 1)(rng)];
+  };
+  ScenarioSpec s;
+  s.seed = seed;
+  s.head_dim = pick(std::array{64, 128, 128, 256});
+  const std::array<std::pair<int, int>, 5> heads{{{8, 8}, {16, 4}, {32, 8}, {16, 2}, {32, 2}}};
+  auto [hq, hk] = pick(heads);  // group sizes 1, 4, 4, 8, 16
+  s.num_qo_heads = hq;
+  s.num_kv_heads = hk;
+  s.page_size = pick(std::array{16, 32, 64});
+  s.pair_layout = pick(std::array{PairLayout::kHalf, PairLayout::kHalf, PairLayout::kInterleaved});
+  s.partial_rotary = pick(std::array{1.0, 1.0, 0.5});
+  s.schedule = pick(std::array{RopeType::kDefault, RopeType::kLlama3, RopeType::kYarn,
+                               RopeType::kLinear});
+  s.doc_form = StorageForm::kLocal;
+  s.tail_form = pick(std::array{StorageForm::kLocal, StorageForm::kAbsolute});
+  s.layout = pick(test::ref::kAllLayouts);
+  s.base_position =
+      pick(std::array<std::int64_t, 3>{0, (std::int64_t{1} << 24) - 3000, std::int64_t{1} << 40});
+  s.doc_lengths.clear();
+  const std::array<std::int64_t, 10> lengths{1, 15, 16, 17, 63, 64, 65, 129, 257, 333};
+  const int num_docs = std::uniform_int_distribution<int>(1, 6)(rng);
+  for (int i = 0; i < num_docs; ++i) s.doc_lengths.push_back(pick(lengths));
+  s.docs_per_request = std::uniform_int_distribution<int>(1, 5)(rng);
+  s.num_requests = std::uniform_int_distribution<int>(1, 4)(rng);
+  s.num_queries = {1};
+  s.max_tail_extra = pick(std::array<std::int64_t, 3>{0, 20, 70});
+  s.num_layers = pick(std::array{1, 2});
+  s.layer = s.num_layers - 1;
+  s.empty_segment = pick(std::array{false, false, true});
+  return s;
+}
+
+// The fp8 decode of `spec` (its dtype is the queries' and outputs') at `splits` forced splits (0:
+// the heuristic): host copies of the output and LSE.
+gpu::GpuResult fp8_decode(const test::ref::Scenario& sc8, DType qdtype,
+                          const std::vector<float>& q, int splits) {
+  const ScenarioSpec& spec = sc8.spec;
+  cuda::DevicePool pool(sc8.store->config());
+  std::vector<std::int32_t> all(static_cast<std::size_t>(sc8.store->config().num_pages));
+  std::iota(all.begin(), all.end(), 0);
+  pool.upload_pages(*sc8.store, all);
+  cuda::DeviceRope rope(sc8.rope);
+  rope.prepare(sc8.plan);
+  cuda::ScheduleOptions opt;
+  opt.forced_splits = splits;
+  cuda::DevicePlan plan;
+  plan.upload(sc8.plan, cuda::decode_schedule(sc8.plan, spec.params(), qdtype, opt));
+  cuda::DecodeWorkspace ws;
+  cuda::DeviceBuffer<float> lse(sc8.lse_size());
+  gpu::GpuResult r;
+  dispatch_dtype(qdtype, [&](auto tag) {
+    using E = decltype(tag);
+    const std::vector<E> qs = gpu::to_storage<E>(q);
+    cuda::DeviceBuffer<E> dq(qs.size()), o(qs.size());
+    dq.upload(std::span<const E>(qs.data(), qs.size()));
+    LAZYATTN_CUDA_CHECK(cudaMemset(o.data(), 0xff, o.bytes()));  // NaN: unwritten cannot pass
+    LAZYATTN_CUDA_CHECK(cudaMemset(lse.data(), 0xff, lse.bytes()));
+    cuda::DecodeArgs a;
+    a.dtype = qdtype;
+    a.q = dq.data();
+    a.o = o.data();
+    a.maybe_lse = lse.data();
+    a.layer = spec.layer;
+    a.params = spec.params();
+    cuda::decode(a, pool, plan, rope, ws);
+    LAZYATTN_CUDA_CHECK(cudaDeviceSynchronize());
+    for (const E& x : o.download()) r.out.push_back(to_float(x));
+  });
+  r.lse = lse.download();
+  for (float x : r.out) r.unwritten += std::isnan(x) ? 1 : 0;
+  for (float x : r.lse) r.unwritten += std::isnan(x) ? 1 : 0;
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("decode over fp8 pools: within 2x the 16-bit eager error over the same fp8 values",
+          "[cuda][fp8][decode]") {
+  for (std::uint64_t seed = 1; seed <= 24; ++seed) {
+    const ScenarioSpec base = fp8_decode_spec(seed);
+    const DType qdtype = seed % 3 == 0 ? DType::kFloat16 : DType::kBFloat16;
+    // The same scenario three ways (the same draws, so the same values and page ids): an fp8
+    // store (the codes the kernel reads), a float store of their values (the reference's), and
+    // a 16-bit store of them (the eager baseline's, which rounds them once more).
+    ScenarioSpec s8 = base, sf = base, sb = base;
+    s8.dtype = DType::kFloat8E4M3;
+    sf.dtype = DType::kFloat32;
+    sf.fp8_values = true;
+    sb.dtype = qdtype;
+    sb.fp8_values = true;
+    const test::ref::Scenario sc8 = test::ref::make_scenario(s8);
+    const test::ref::Scenario scf = test::ref::make_scenario(sf);
+    const test::ref::Scenario scb = test::ref::make_scenario(sb);
+    INFO(s8 << " queries " << to_string(qdtype) << "\n" << sc8.layout_text);
+    REQUIRE(sc8.plan.page_ids == scf.plan.page_ids);
+    REQUIRE(sc8.plan.page_ids == scb.plan.page_ids);
+
+    const std::vector<float> q = gpu::rounded_queries(scb);
+    test::ref::Result ref{std::vector<float>(scf.out_size()), std::vector<float>(scf.lse_size())};
+    lazyattn::ref::scalar::decode(*scf.store, scf.plan, base.layer, scf.rope, base.params(), q,
+                                  ref.out, ref.lse);
+    const double scale = gpu::max_abs(ref.out);
+    const gpu::ErrorBars bars = gpu::eager_error_bars(scb, 0, ref.out, ref.lse);
+    REQUIRE(bars.eager_unwritten == 0);
+    for (int splits : {0, 1, 3}) {
+      INFO("forced splits " << splits << " (0: heuristic)");
+      const gpu::GpuResult got = fp8_decode(sc8, qdtype, q, splits);
+      CHECK(got.unwritten == 0);
+      const std::string out_report =
+          gpu::check_error_rule(got.out, ref.out, bars.out, 1e-3 * scale + 1e-5);
+      INFO(out_report);
+      CHECK(out_report.empty());
+      const std::string lse_report = gpu::check_error_rule(got.lse, ref.lse, bars.lse, 1e-3);
+      INFO(lse_report);
+      CHECK(lse_report.empty());
+    }
+  }
+}
+
+TEST_CASE("write_tokens into an fp8 pool quantizes K after its rotation, and V", "[cuda][fp8]") {
+  for (PairLayout pairs : {PairLayout::kHalf, PairLayout::kInterleaved}) {
+    INFO(to_string(pairs));
+    RopeConfig rc;
+    rc.head_dim = 128;
+    rc.rope_theta = 500000.0;
+    rc.pair_layout = pairs;
+    RopePolicy rope(rc);
+    KvStoreConfig cfg{2, 4, 128, 16, DType::kFloat8E4M3, 64};
+    cfg.k_scale = test::ref::fp8_scales(true, 2, 4);
+    cfg.v_scale = test::ref::fp8_scales(false, 2, 4);
+    KvStore store(cfg);
+    const std::int64_t n = 77;
+    Rng rng(5);
+    // Values of about 1: |x / scale| up to about 4 / 0.015, inside e4m3's 448.
+    auto k = random_normal(static_cast<std::size_t>(n * 4 * 128), rng);
+    auto v = random_normal(k.size(), rng);
+    InsertResult doc = store.allocate(DocKey{9, 9}, StorageForm::kLocal, n);
+    auto info = store.info(doc.handle);
+    cuda::DevicePool pool(cfg);
+    cuda::DeviceRope drope(rope);
+    auto dst = cuda::token_destinations(info.pages, 16, 0, n, StorageForm::kLocal);
+    cuda::DeviceBuffer<std::int32_t> d_page(dst.page.size()), d_slot(dst.slot.size());
+    cuda::DeviceBuffer<std::int64_t> d_pos(dst.rotate_position.size());
+    d_page.upload(dst.page);
+    d_slot.upload(dst.slot);
+    d_pos.upload(dst.rotate_position);
+    const auto ks = gpu::to_storage<bfloat16>(k), vs = gpu::to_storage<bfloat16>(v);
+    cuda::DeviceBuffer<bfloat16> dk(ks.size()), dv(vs.size());
+    dk.upload(std::span<const bfloat16>(ks.data(), ks.size()));
+    dv.upload(std::span<const bfloat16>(vs.data(), vs.size()));
+    // Tokens of the pool's own type are refused: an fp8 pool takes 16-bit tokens.
+    CHECK_THROWS_WITH(cuda::write_tokens(pool, 1, dk.data(), dv.data(),
+                                         static_cast<std::int32_t>(n), d_page.data(),
+                                         d_slot.data(), d_pos.data(), drope),
+                      Catch::Contains("float8_e4m3") &&
+                          Catch::Contains("bfloat16 or float16"));
+    cuda::write_tokens(pool, 1, DType::kBFloat16, dk.data(), dv.data(),
+                       static_cast<std::int32_t>(n), d_page.data(), d_slot.data(), d_pos.data(),
+                       drope);
+    pool.download_pages(store, info.pages);
+    CHECK(pool.fp8_saturated() == 0);
+    const PoolGeometry& geo = store.geometry();
+    const float8_e4m3* kp = store.k_pool<float8_e4m3>();
+    const float8_e4m3* vp = store.v_pool<float8_e4m3>();
+    int k_bad = 0, v_bad = 0;
+    for (std::int64_t i = 0; i < n; ++i) {
+      for (int h = 0; h < 4; ++h) {
+        const double k_s = store.k_scale(1, h), v_s = store.v_scale(1, h);
+        std::vector<double> x(128);
+        for (int d = 0; d < 128; ++d) x[d] = to_float(ks[(i * 4 + h) * 128 + d]);
+        rope::rotate(rope.base_frequencies(), i, std::span<double>(x.data(), x.size()));
+        const std::int64_t at = geo.offset(1, info.pages[i / 16], h, static_cast<int>(i % 16));
+        for (int d = 0; d < 128; ++d) {
+          // V: the host's rounding of the same float quotient, bit for bit.
+          const float vq = to_float(vs[(i * 4 + h) * 128 + d]) / static_cast<float>(v_s);
+          v_bad += vp[at + d].bits != from_float<float8_e4m3>(vq).bits;
+          // K: rotated in fp32 on the device, so within half an e4m3 ulp of the exact rotation
+          // (2^-4 relative; 2^-10 of the scale among subnormals), plus the rotation's 1e-6.
+          const double got = to_float(kp[at + d]) * k_s;
+          k_bad += !(std::fabs(got - x[d]) <= 0x1p-4 * std::fabs(x[d]) + 0x1p-10 * k_s + 1e-5);
+        }
+      }
+    }
+    CHECK(k_bad == 0);
+    CHECK(v_bad == 0);
+
+    // A value past the range: stored as 448 and counted.
+    std::vector<bfloat16> big(static_cast<std::size_t>(4 * 128), from_float<bfloat16>(0.0f));
+    big[5] = from_float<bfloat16>(100.0f);  // / 0.015 is far past 464
+    cuda::DeviceBuffer<bfloat16> dbig(big.size());
+    dbig.upload(std::span<const bfloat16>(big.data(), big.size()));
+    cuda::copy_tokens(pool, 0, DType::kBFloat16, dbig.data(), dbig.data(), 1, d_page.data(),
+                      d_slot.data());
+    CHECK(pool.fp8_saturated() == 2);  // K and V
+  }
+}
+
+TEST_CASE("fp8 pools: calls that do not take them yet say so", "[cuda][fp8][errors]") {
+  ScenarioSpec s = fp8_decode_spec(3);
+  s.dtype = DType::kFloat8E4M3;
+  s.doc_form = StorageForm::kRaw;
+  const test::ref::Scenario sc = test::ref::make_scenario(s);
+  cuda::DevicePool pool(sc.store->config());
+  cuda::DeviceRope rope(sc.rope);
+  rope.prepare(sc.plan);
+  cuda::DevicePlan plan;
+  plan.upload(sc.plan, cuda::decode_schedule(sc.plan, s.params(), DType::kBFloat16));
+  cuda::DeviceBuffer<bfloat16> q(static_cast<std::size_t>(sc.out_size())), o(q.size());
+  cuda::DecodeArgs a;
+  a.dtype = DType::kBFloat16;
+  a.q = q.data();
+  a.o = o.data();
+  a.layer = s.layer;
+  a.params = s.params();
+  cuda::DecodeWorkspace ws;
+  CHECK_THROWS_WITH(cuda::decode(a, pool, plan, rope, ws),
+                    Catch::Contains("raw-form segments over a float8_e4m3 pool"));
+  a.dtype = DType::kFloat32;
+  CHECK_THROWS_WITH(cuda::decode(a, pool, plan, rope, ws),
+                    Catch::Contains("dtype float32 over a float8_e4m3 pool"));
+  cuda::PrefillArgs pa;
+  pa.dtype = DType::kBFloat16;
+  pa.q = q.data();
+  pa.o = o.data();
+  pa.layer = s.layer;
+  pa.params = s.params();
+  cuda::DevicePlan pplan;
+  pplan.upload(sc.plan, cuda::prefill_schedule(sc.plan, s.params()));
+  pa.kv_splits = 1;
+  cuda::PrefillWorkspace pws;
+  CHECK_THROWS_WITH(cuda::prefill(pa, pool, pplan, rope, &pws),
+                    Catch::Contains("prefill kernels do not read fp8 pools"));
+}
