@@ -66,23 +66,35 @@ class DevicePool {
         v_(static_cast<std::size_t>(geometry_.elements()) * size_of(config.dtype)),
         k_base_(k_.data()),
         v_base_(v_.data()) {
-    upload_scales();
+    if (config_.dtype == DType::kFloat8E4M3) own_fp8_state();
   }
 
   // Over K and V pools the caller owns (a framework's tensors, say), shaped and typed as above,
-  // 16-byte aligned, and outliving this object. Nothing is allocated.
-  DevicePool(const KvStoreConfig& config, void* k, void* v)
+  // 16-byte aligned, and outliving this object. Nothing is allocated or copied, so this is cheap
+  // enough to build per launch (and inside a CUDA graph capture). An fp8 pool also needs the
+  // caller's device copies of its scales, k_scales and v_scales ([num_layers][num_kv_heads]
+  // floats, the config's values, or 1 where it has none), and of a saturation counter (one
+  // unsigned long long, zero to start), all outliving this object.
+  DevicePool(const KvStoreConfig& config, void* k, void* v, const float* k_scales = nullptr,
+             const float* v_scales = nullptr, unsigned long long* saturated = nullptr)
       : config_(checked(config)),
         geometry_{config.num_layers, config.num_kv_heads, config.head_dim, config.page_size,
                   config.num_pages},
         k_base_(static_cast<std::byte*>(k)),
-        v_base_(static_cast<std::byte*>(v)) {
+        v_base_(static_cast<std::byte*>(v)),
+        k_scales_(k_scales),
+        v_scales_(v_scales),
+        saturated_(saturated) {
     LAZYATTN_CHECK(k && v, "DevicePool: external K/V pools must not be null");
     LAZYATTN_CHECK(reinterpret_cast<std::uintptr_t>(k) % 16 == 0 &&
                        reinterpret_cast<std::uintptr_t>(v) % 16 == 0,
                    "DevicePool: external K/V pools must be 16-byte aligned (tiles are read in "
                    "16-byte vectors)");
-    upload_scales();
+    const bool fp8 = config_.dtype == DType::kFloat8E4M3;
+    LAZYATTN_CHECK(fp8 ? (k_scales && v_scales && saturated) : !(k_scales || v_scales || saturated),
+                   "DevicePool: an external ", to_string(config_.dtype), " pool ",
+                   fp8 ? "needs its scales and saturation counter on the device, got null"
+                       : "takes no scales or saturation counter (those are for float8_e4m3)");
   }
 
   const KvStoreConfig& config() const { return config_; }
@@ -94,15 +106,25 @@ class DevicePool {
   // config's, or 1); null for other pools.
   const float* k_scales(int layer) const { return scales_at(k_scales_, layer); }
   const float* v_scales(int layer) const { return scales_at(v_scales_, layer); }
+  // An fp8 config's K (k = true) or V scales, [num_layers][num_kv_heads], 1 where it has none:
+  // what a caller's external fp8 pool must carry on the device.
+  static std::vector<float> scales_or_ones(const KvStoreConfig& c, bool k) {
+    const std::vector<float>& s = k ? c.k_scale : c.v_scale;
+    return s.empty() ? std::vector<float>(static_cast<std::size_t>(c.num_layers) * c.num_kv_heads,
+                                          1.0f)
+                     : s;
+  }
 
   // fp8 pools: how many values the page writes (cuda::write_tokens, copy_tokens) stored as
   // +-448 because |x / scale| was past e4m3's range (KvStore::insert refuses those); waits for
   // the device. 0 for other pools.
   std::int64_t fp8_saturated() const {
-    if (!saturated_.size()) return 0;
-    return static_cast<std::int64_t>(saturated_.download()[0]);
+    if (!saturated_) return 0;
+    unsigned long long n = 0;
+    LAZYATTN_CUDA_CHECK(cudaMemcpy(&n, saturated_, sizeof n, cudaMemcpyDeviceToHost));
+    return static_cast<std::int64_t>(n);
   }
-  unsigned long long* saturation_counter() { return saturated_.data(); }
+  unsigned long long* saturation_counter() { return saturated_; }
 
   // Base of layer `layer` of the K or V pool (bytes; cast to the element type).
   void* k_layer(int layer) { return k_base_ + layer_offset_bytes(layer); }
@@ -214,35 +236,39 @@ class DevicePool {
     }
   }
 
-  // fp8 pools: the scales on the device, [num_layers][num_kv_heads] (1 where the config has none).
-  void upload_scales() {
-    if (config_.dtype != DType::kFloat8E4M3) return;
-    saturated_ = DeviceBuffer<unsigned long long>(1);
-    LAZYATTN_CUDA_CHECK(cudaMemset(saturated_.data(), 0, saturated_.bytes()));
-    const std::size_t n = static_cast<std::size_t>(config_.num_layers) * config_.num_kv_heads;
-    for (auto [host, dev] : {std::pair{&config_.k_scale, &k_scales_},
-                             std::pair{&config_.v_scale, &v_scales_}}) {
-      std::vector<float> values = host->empty() ? std::vector<float>(n, 1.0f) : *host;
-      *dev = DeviceBuffer<float>(n);
-      LAZYATTN_CUDA_CHECK(
-          cudaMemcpy(dev->data(), values.data(), n * sizeof(float), cudaMemcpyHostToDevice));
-    }
+  // An fp8 pool of its own: its scales on the device (1 where the config has none) and a zeroed
+  // saturation counter.
+  void own_fp8_state() {
+    const std::vector<float> k = scales_or_ones(config_, true), v = scales_or_ones(config_, false);
+    own_scales_ = DeviceBuffer<float>(k.size() + v.size());
+    LAZYATTN_CUDA_CHECK(cudaMemcpy(own_scales_.data(), k.data(), k.size() * sizeof(float),
+                                   cudaMemcpyHostToDevice));
+    LAZYATTN_CUDA_CHECK(cudaMemcpy(own_scales_.data() + k.size(), v.data(),
+                                   v.size() * sizeof(float), cudaMemcpyHostToDevice));
+    own_saturated_ = DeviceBuffer<unsigned long long>(1);
+    LAZYATTN_CUDA_CHECK(cudaMemset(own_saturated_.data(), 0, own_saturated_.bytes()));
+    k_scales_ = own_scales_.data();
+    v_scales_ = own_scales_.data() + k.size();
+    saturated_ = own_saturated_.data();
   }
-  const float* scales_at(const DeviceBuffer<float>& s, int layer) const {
+  const float* scales_at(const float* s, int layer) const {
     LAZYATTN_CHECK(layer >= 0 && layer < config_.num_layers, "DevicePool: layer ", layer,
                    ", expected in [0, ", config_.num_layers, ")");
-    return s.size() ? s.data() + static_cast<std::size_t>(layer) * config_.num_kv_heads : nullptr;
+    return s ? s + static_cast<std::size_t>(layer) * config_.num_kv_heads : nullptr;
   }
 
   KvStoreConfig config_;
   PoolGeometry geometry_;
-  DeviceBuffer<float> k_scales_;  // fp8 pools only
-  DeviceBuffer<float> v_scales_;
-  DeviceBuffer<unsigned long long> saturated_;
   DeviceBuffer<std::byte> k_;  // empty over external pools
   DeviceBuffer<std::byte> v_;
   std::byte* k_base_ = nullptr;
   std::byte* v_base_ = nullptr;
+  // fp8 pools only: the scales and saturation counter on the device (own_* or the caller's).
+  DeviceBuffer<float> own_scales_;
+  DeviceBuffer<unsigned long long> own_saturated_;
+  const float* k_scales_ = nullptr;
+  const float* v_scales_ = nullptr;
+  unsigned long long* saturated_ = nullptr;
 };
 
 }  // namespace lazyattn::cuda
