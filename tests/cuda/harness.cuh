@@ -4,10 +4,13 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <limits>
 #include <numeric>
+#include <random>
+#include <utility>
 #include <vector>
 
 #include "lazyattn/cuda.cuh"
@@ -16,6 +19,49 @@
 namespace lazyattn::test::gpu {
 
 using test::ref::Scenario;
+using test::ref::ScenarioSpec;
+
+// A random decode scenario of the [cuda][decode] sweep: head dims, GQA ratios, page sizes, element
+// types, rotary layouts, schedules, storage forms, layouts, positions and lengths drawn from `seed`.
+inline ScenarioSpec random_decode_spec(std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  auto pick = [&](auto const& options) {
+    return options[std::uniform_int_distribution<std::size_t>(0, std::size(options) - 1)(rng)];
+  };
+  ScenarioSpec s;
+  s.seed = seed;
+  s.head_dim = pick(std::array{64, 128, 128, 256});
+  const std::array<std::pair<int, int>, 5> heads{{{8, 8}, {16, 4}, {32, 8}, {16, 2}, {32, 4}}};
+  auto [hq, hk] = pick(heads);  // group sizes 1, 4, 4, 8, 8
+  s.num_qo_heads = hq;
+  s.num_kv_heads = hk;
+  s.page_size = pick(std::array{16, 32, 64});
+  s.dtype = pick(std::array{DType::kBFloat16, DType::kBFloat16, DType::kFloat16});
+  s.pair_layout = pick(std::array{PairLayout::kHalf, PairLayout::kHalf, PairLayout::kInterleaved});
+  s.partial_rotary = pick(std::array{1.0, 1.0, 0.5});
+  s.schedule = pick(std::array{RopeType::kDefault, RopeType::kLlama3, RopeType::kYarn,
+                               RopeType::kLinear, RopeType::kDynamic, RopeType::kLongrope});
+  s.doc_form = pick(std::array{StorageForm::kLocal, StorageForm::kRaw});
+  s.tail_form = pick(std::array{StorageForm::kLocal, StorageForm::kRaw, StorageForm::kAbsolute});
+  if (s.schedule == RopeType::kDynamic || s.schedule == RopeType::kLongrope) {
+    s.doc_form = s.tail_form = StorageForm::kRaw;  // length-dependent: raw form only
+  }
+  s.layout = pick(ref::kAllLayouts);
+  s.base_position =
+      pick(std::array<std::int64_t, 4>{0, 0, (std::int64_t{1} << 24) - 3000, std::int64_t{1} << 40});
+  s.doc_lengths.clear();
+  const std::array<std::int64_t, 12> lengths{1, 15, 16, 17, 31, 63, 64, 65, 129, 200, 257, 333};
+  int num_docs = std::uniform_int_distribution<int>(1, 6)(rng);
+  for (int i = 0; i < num_docs; ++i) s.doc_lengths.push_back(pick(lengths));
+  s.docs_per_request = std::uniform_int_distribution<int>(1, 5)(rng);
+  s.num_requests = std::uniform_int_distribution<int>(1, 4)(rng);
+  s.num_queries = {1};
+  s.max_tail_extra = pick(std::array<std::int64_t, 3>{0, 20, 70});
+  s.num_layers = pick(std::array{1, 2});
+  s.layer = s.num_layers - 1;
+  s.empty_segment = pick(std::array{false, false, true});
+  return s;
+}
 
 // Host copies of a device result.
 struct GpuResult {
