@@ -10,6 +10,7 @@
 #include <limits>
 #include <numeric>
 #include <random>
+#include <span>
 #include <utility>
 #include <vector>
 
@@ -62,6 +63,57 @@ inline ScenarioSpec random_decode_spec(std::uint64_t seed) {
   s.empty_segment = pick(std::array{false, false, true});
   return s;
 }
+
+// The page-write tests' scene: a store of `cfg` (2 layers, 4 KV heads, head dim 128, pages of 16)
+// with one document of kTokens tokens allocated in local form, a device pool of the same config,
+// the document's destinations on the device (rotated at 0..kTokens-1), Llama-3-like RoPE with
+// `pairs`, and random normal K and V [kTokens, 4, 128].
+struct WriteScene {
+  static constexpr std::int64_t kTokens = 77;
+  RopePolicy rope;
+  KvStore store;
+  DocInfo info;
+  cuda::DevicePool pool;
+  cuda::DeviceRope drope;
+  cuda::DeviceBuffer<std::int32_t> page, slot;
+  cuda::DeviceBuffer<std::int64_t> pos;
+  std::vector<float> k, v;
+
+  WriteScene(const KvStoreConfig& cfg, PairLayout pairs)
+      : rope(rope_config(pairs)), store(cfg), pool(cfg), drope(rope) {
+    Rng rng(5);
+    k = random_normal(static_cast<std::size_t>(kTokens * 4 * 128), rng);
+    v = random_normal(k.size(), rng);
+    info = store.info(store.allocate(DocKey{9, 9}, StorageForm::kLocal, kTokens).handle);
+    const cuda::TokenDestinations dst =
+        cuda::token_destinations(info.pages, 16, 0, kTokens, StorageForm::kLocal);
+    page = cuda::DeviceBuffer<std::int32_t>(dst.page.size());
+    slot = cuda::DeviceBuffer<std::int32_t>(dst.slot.size());
+    pos = cuda::DeviceBuffer<std::int64_t>(dst.rotate_position.size());
+    page.upload(dst.page);
+    slot.upload(dst.slot);
+    pos.upload(dst.rotate_position);
+  }
+  static RopeConfig rope_config(PairLayout pairs) {
+    RopeConfig rc;
+    rc.head_dim = 128;
+    rc.rope_theta = 500000.0;
+    rc.pair_layout = pairs;
+    return rc;
+  }
+  // K of token i, head h rotated at i in float64, from its 16-bit (or float) values `ks`.
+  template <class E>
+  std::vector<double> rotated_k(const std::vector<E>& ks, std::int64_t i, int h) const {
+    std::vector<double> x(128);
+    for (int d = 0; d < 128; ++d) x[d] = to_float(ks[(i * 4 + h) * 128 + d]);
+    rope::rotate(rope.base_frequencies(), i, std::span<double>(x.data(), x.size()));
+    return x;
+  }
+  // Element offset of token i, head h in `layer` of the store's pool.
+  std::int64_t at(int layer, std::int64_t i, int h) const {
+    return store.geometry().offset(layer, info.pages[i / 16], h, static_cast<int>(i % 16));
+  }
+};
 
 // Host copies of a device result.
 struct GpuResult {

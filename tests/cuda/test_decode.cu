@@ -255,47 +255,24 @@ TEST_CASE("write_tokens stores K rotated at local positions and V as given", "[c
   for (DType dtype : {DType::kBFloat16, DType::kFloat16, DType::kFloat32}) {
     for (PairLayout pairs : {PairLayout::kHalf, PairLayout::kInterleaved}) {
       INFO(to_string(dtype) << " " << to_string(pairs));
-      RopeConfig rc;
-      rc.head_dim = 128;
-      rc.rope_theta = 500000.0;
-      rc.pair_layout = pairs;
-      RopePolicy rope(rc);
-      KvStoreConfig cfg{2, 4, 128, 16, dtype, 64};
-      KvStore store(cfg);
-      const std::int64_t n = 77;
-      Rng rng(5);
-      auto k = random_normal(static_cast<std::size_t>(n * 4 * 128), rng);
-      auto v = random_normal(k.size(), rng);
-      // Reserve the document's pages and write them on the device, layer 1.
-      InsertResult doc = store.allocate(DocKey{9, 9}, StorageForm::kLocal, n);
-      auto info = store.info(doc.handle);
-      cuda::DevicePool pool(cfg);
-      cuda::DeviceRope drope(rope);
-      auto dst = cuda::token_destinations(info.pages, 16, 0, n, StorageForm::kLocal);
-      cuda::DeviceBuffer<std::int32_t> d_page(dst.page.size()), d_slot(dst.slot.size());
-      cuda::DeviceBuffer<std::int64_t> d_pos(dst.rotate_position.size());
-      d_page.upload(dst.page);
-      d_slot.upload(dst.slot);
-      d_pos.upload(dst.rotate_position);
+      gpu::WriteScene w(KvStoreConfig{2, 4, 128, 16, dtype, 64}, pairs);
+      const std::int64_t n = gpu::WriteScene::kTokens;
       dispatch_dtype(dtype, [&](auto tag) {
         using E = decltype(tag);
-        auto ks = gpu::to_storage<E>(k), vs = gpu::to_storage<E>(v);
+        auto ks = gpu::to_storage<E>(w.k), vs = gpu::to_storage<E>(w.v);
         cuda::DeviceBuffer<E> dk(ks.size()), dv(vs.size());
         dk.upload(std::span<const E>(ks.data(), ks.size()));
         dv.upload(std::span<const E>(vs.data(), vs.size()));
-        cuda::write_tokens(pool, 1, dk.data(), dv.data(), static_cast<std::int32_t>(n),
-                           d_page.data(), d_slot.data(), d_pos.data(), drope);
-        pool.download_pages(store, info.pages);
-        const PoolGeometry& geo = store.geometry();
-        const E* kp = store.k_pool<E>();
-        const E* vp = store.v_pool<E>();
+        cuda::write_tokens(w.pool, 1, dk.data(), dv.data(), static_cast<std::int32_t>(n),
+                           w.page.data(), w.slot.data(), w.pos.data(), w.drope);
+        w.pool.download_pages(w.store, w.info.pages);
+        const E* kp = w.store.k_pool<E>();
+        const E* vp = w.store.v_pool<E>();
         double worst = 0;
         for (std::int64_t i = 0; i < n; ++i) {
           for (int h = 0; h < 4; ++h) {
-            std::vector<double> x(128);
-            for (int d = 0; d < 128; ++d) x[d] = to_float(ks[(i * 4 + h) * 128 + d]);
-            rope::rotate(rope.base_frequencies(), i, std::span<double>(x.data(), x.size()));
-            std::int64_t at = geo.offset(1, info.pages[i / 16], h, static_cast<int>(i % 16));
+            const std::vector<double> x = w.rotated_k(ks, i, h);
+            const std::int64_t at = w.at(1, i, h);
             for (int d = 0; d < 128; ++d) {
               double got = to_float(kp[at + d]);
               // Relative to the vector's scale (|k| ~ 1): the device's cos/sin carry ~3e-7

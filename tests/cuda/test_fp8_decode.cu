@@ -123,56 +123,35 @@ TEST_CASE("decode over fp8 pools: within 2x the 16-bit eager error over the same
 TEST_CASE("write_tokens into an fp8 pool quantizes K after its rotation, and V", "[cuda][fp8]") {
   for (PairLayout pairs : {PairLayout::kHalf, PairLayout::kInterleaved}) {
     INFO(to_string(pairs));
-    RopeConfig rc;
-    rc.head_dim = 128;
-    rc.rope_theta = 500000.0;
-    rc.pair_layout = pairs;
-    RopePolicy rope(rc);
     KvStoreConfig cfg{2, 4, 128, 16, DType::kFloat8E4M3, 64};
     cfg.k_scale = test::ref::fp8_scales(true, 2, 4);
     cfg.v_scale = test::ref::fp8_scales(false, 2, 4);
-    KvStore store(cfg);
-    const std::int64_t n = 77;
-    Rng rng(5);
     // Values of about 1: |x / scale| up to about 4 / 0.015, inside e4m3's 448.
-    auto k = random_normal(static_cast<std::size_t>(n * 4 * 128), rng);
-    auto v = random_normal(k.size(), rng);
-    InsertResult doc = store.allocate(DocKey{9, 9}, StorageForm::kLocal, n);
-    auto info = store.info(doc.handle);
-    cuda::DevicePool pool(cfg);
-    cuda::DeviceRope drope(rope);
-    auto dst = cuda::token_destinations(info.pages, 16, 0, n, StorageForm::kLocal);
-    cuda::DeviceBuffer<std::int32_t> d_page(dst.page.size()), d_slot(dst.slot.size());
-    cuda::DeviceBuffer<std::int64_t> d_pos(dst.rotate_position.size());
-    d_page.upload(dst.page);
-    d_slot.upload(dst.slot);
-    d_pos.upload(dst.rotate_position);
-    const auto ks = gpu::to_storage<bfloat16>(k), vs = gpu::to_storage<bfloat16>(v);
+    gpu::WriteScene w(cfg, pairs);
+    const std::int64_t n = gpu::WriteScene::kTokens;
+    const auto ks = gpu::to_storage<bfloat16>(w.k), vs = gpu::to_storage<bfloat16>(w.v);
     cuda::DeviceBuffer<bfloat16> dk(ks.size()), dv(vs.size());
     dk.upload(std::span<const bfloat16>(ks.data(), ks.size()));
     dv.upload(std::span<const bfloat16>(vs.data(), vs.size()));
     // Tokens of the pool's own type are refused: an fp8 pool takes 16-bit tokens.
-    CHECK_THROWS_WITH(cuda::write_tokens(pool, 1, dk.data(), dv.data(),
-                                         static_cast<std::int32_t>(n), d_page.data(),
-                                         d_slot.data(), d_pos.data(), drope),
+    CHECK_THROWS_WITH(cuda::write_tokens(w.pool, 1, dk.data(), dv.data(),
+                                         static_cast<std::int32_t>(n), w.page.data(),
+                                         w.slot.data(), w.pos.data(), w.drope),
                       Catch::Contains("float8_e4m3") &&
                           Catch::Contains("bfloat16 or float16"));
-    cuda::write_tokens(pool, 1, DType::kBFloat16, dk.data(), dv.data(),
-                       static_cast<std::int32_t>(n), d_page.data(), d_slot.data(), d_pos.data(),
-                       drope);
-    pool.download_pages(store, info.pages);
-    CHECK(pool.fp8_saturated() == 0);
-    const PoolGeometry& geo = store.geometry();
-    const float8_e4m3* kp = store.k_pool<float8_e4m3>();
-    const float8_e4m3* vp = store.v_pool<float8_e4m3>();
+    cuda::write_tokens(w.pool, 1, DType::kBFloat16, dk.data(), dv.data(),
+                       static_cast<std::int32_t>(n), w.page.data(), w.slot.data(), w.pos.data(),
+                       w.drope);
+    w.pool.download_pages(w.store, w.info.pages);
+    CHECK(w.pool.fp8_saturated() == 0);
+    const float8_e4m3* kp = w.store.k_pool<float8_e4m3>();
+    const float8_e4m3* vp = w.store.v_pool<float8_e4m3>();
     int k_bad = 0, v_bad = 0;
     for (std::int64_t i = 0; i < n; ++i) {
       for (int h = 0; h < 4; ++h) {
-        const double k_s = store.k_scale(1, h), v_s = store.v_scale(1, h);
-        std::vector<double> x(128);
-        for (int d = 0; d < 128; ++d) x[d] = to_float(ks[(i * 4 + h) * 128 + d]);
-        rope::rotate(rope.base_frequencies(), i, std::span<double>(x.data(), x.size()));
-        const std::int64_t at = geo.offset(1, info.pages[i / 16], h, static_cast<int>(i % 16));
+        const double k_s = w.store.k_scale(1, h), v_s = w.store.v_scale(1, h);
+        const std::vector<double> x = w.rotated_k(ks, i, h);
+        const std::int64_t at = w.at(1, i, h);
         for (int d = 0; d < 128; ++d) {
           // V: the host's rounding of the same float quotient, bit for bit.
           const float vq = to_float(vs[(i * 4 + h) * 128 + d]) / static_cast<float>(v_s);
@@ -192,9 +171,9 @@ TEST_CASE("write_tokens into an fp8 pool quantizes K after its rotation, and V",
     big[5] = from_float<bfloat16>(100.0f);  // / 0.015 is far past 464
     cuda::DeviceBuffer<bfloat16> dbig(big.size());
     dbig.upload(std::span<const bfloat16>(big.data(), big.size()));
-    cuda::copy_tokens(pool, 0, DType::kBFloat16, dbig.data(), dbig.data(), 1, d_page.data(),
-                      d_slot.data());
-    CHECK(pool.fp8_saturated() == 2);  // K and V
+    cuda::copy_tokens(w.pool, 0, DType::kBFloat16, dbig.data(), dbig.data(), 1, w.page.data(),
+                      w.slot.data());
+    CHECK(w.pool.fp8_saturated() == 2);  // K and V
   }
 }
 
