@@ -18,12 +18,15 @@ struct Launch {
   bool query_rotated = false;
   bool inputs_scaled = false;
   std::byte* workspace = nullptr;
+  DType io_dtype = DType::kBFloat16;  // q's and o's: the pool's, or an fp8 pool's caller's
+  const float* scales = nullptr;      // an fp8 pool's, on the device: K's then V's
 };
 
 inline void set_up(Launch& L, lazyattn_plan plan, std::int32_t kind, std::int32_t layer,
                    const void* k_pool, const void* v_pool, const void* plan_device, void* workspace,
                    std::int32_t num_qo_heads, std::int32_t flags, const void* q, const void* o,
-                   const float* maybe_lse, const char* w) {
+                   const float* maybe_lse, const char* w, bool fp8 = false,
+                   std::int32_t q_dtype = 0, const float* scales = nullptr) {
   L.plan = plans().check(plan, w, "lazyattn_plan");
   L.pool = pools().check(L.plan->pool, w, "the plan's lazyattn_pool");
   ropes().check(L.plan->rope, w, "the plan's lazyattn_rope");
@@ -41,6 +44,17 @@ inline void set_up(Launch& L, lazyattn_plan plan, std::int32_t kind, std::int32_
       "(4)");
   LAZYATTN_CHECK(num_qo_heads == pl.num_qo_heads, w, ": num_qo_heads ", num_qo_heads,
                  ", expected the plan's ", pl.num_qo_heads);
+  // fp8 pools: decode only, through lazyattn_decode_fp8, with 16-bit q and o.
+  const bool fp8_pool = c.dtype == DType::kFloat8E4M3;
+  LAZYATTN_CHECK(!fp8_pool || kind == LAZYATTN_PLAN_DECODE, w,
+                 ": a float8_e4m3 pool: the prefill kernels do not read fp8 pools yet, expected a "
+                 "bfloat16 or float16 pool");
+  LAZYATTN_CHECK(fp8 == fp8_pool, w, ": a ", to_string(c.dtype), " pool, expected ",
+                 fp8 ? "a float8_e4m3 pool (others: lazyattn_decode)"
+                     : "a 16-bit pool (float8_e4m3 pools: lazyattn_decode_fp8)");
+  LAZYATTN_CHECK(!fp8 || q_dtype == LAZYATTN_DTYPE_BFLOAT16 || q_dtype == LAZYATTN_DTYPE_FLOAT16,
+                 w, ": q_dtype ", q_dtype, ", expected 1 (float16) or 2 (bfloat16)");
+  L.io_dtype = fp8 ? static_cast<DType>(q_dtype) : c.dtype;
   L.apply_rope = (flags & LAZYATTN_APPLY_ROPE) != 0;
   L.query_rotated = (flags & LAZYATTN_QUERY_ROTATED) != 0;
   L.inputs_scaled = (flags & LAZYATTN_INPUTS_SCALED) != 0;
@@ -48,8 +62,12 @@ inline void set_up(Launch& L, lazyattn_plan plan, std::int32_t kind, std::int32_
                  ": LAZYATTN_QUERY_ROTATED without LAZYATTN_APPLY_ROPE, expected RoPE on (the "
                  "RoPE-off baseline takes pre-rotated queries and keys already)");
   check_plan_current(pl, w);
-  const std::size_t es = static_cast<std::size_t>(size_of(c.dtype));
+  const std::size_t es = static_cast<std::size_t>(size_of(L.io_dtype));
   const int dev = L.pool->device;
+  if (fp8) {
+    check_device_pointer(scales, dev, sizeof(float), w, "scales");
+    L.scales = scales;
+  }
   check_device_pointer(k_pool, dev, 16, w, "k_pool");
   check_device_pointer(v_pool, dev, 16, w, "v_pool");
   check_device_pointer(plan_device, dev, 16, w, "plan_device");
@@ -74,7 +92,7 @@ Args launch_args(const Launch& L, std::int32_t layer, double softmax_scale, cons
                  float* maybe_lse) {
   const KvStoreConfig& c = L.pool->config;
   Args a;
-  a.dtype = c.dtype;
+  a.dtype = L.io_dtype;
   a.q = q;
   a.o = o;
   a.maybe_lse = maybe_lse;
@@ -84,6 +102,16 @@ Args launch_args(const Launch& L, std::int32_t layer, double softmax_scale, cons
   a.query_rotated = L.query_rotated;
   a.inputs_scaled = L.inputs_scaled;
   return a;
+}
+
+// The launch's pool over the caller's K/V (and an fp8 pool's scales: K's, then V's).
+inline cuda::DevicePool launch_pool(const Launch& L, const void* k_pool, const void* v_pool) {
+  const KvStoreConfig& c = L.pool->config;
+  const float* v_scales =
+      L.scales ? L.scales + static_cast<std::size_t>(c.num_layers) * c.num_kv_heads : nullptr;
+  // (no saturation counter: the launches write no pages)
+  return cuda::DevicePool(c, const_cast<void*>(k_pool), const_cast<void*>(v_pool), L.scales,
+                          v_scales);
 }
 
 }  // namespace lazyattn::capi

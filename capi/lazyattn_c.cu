@@ -118,12 +118,16 @@ static_assert(LAZYATTN_EVICTION_LRU == static_cast<int>(EvictionPolicy::kLru) &&
 
 lazyattn_status create_pool(const char* w, int32_t num_layers, int32_t num_kv_heads,
                             int32_t head_dim, int32_t page_size, int32_t dtype, int64_t num_pages,
-                            int32_t device, int32_t eviction, lazyattn_pool* out) {
+                            int32_t device, int32_t eviction, lazyattn_pool* out,
+                            const float* k_scale = nullptr, const float* v_scale = nullptr) {
   return guarded(w, [&] {
     check_out(out, w);
     *out = nullptr;
-    LAZYATTN_CHECK(dtype == LAZYATTN_DTYPE_FLOAT16 || dtype == LAZYATTN_DTYPE_BFLOAT16, w,
-                   ": dtype ", dtype, ", expected 1 (float16) or 2 (bfloat16)");
+    // (lazyattn_pool_create_fp8 passes LAZYATTN_DTYPE_FLOAT8_E4M3 itself)
+    const bool fp8_entry = std::string_view(w) == "lazyattn_pool_create_fp8";
+    LAZYATTN_CHECK(fp8_entry || dtype == LAZYATTN_DTYPE_FLOAT16 || dtype == LAZYATTN_DTYPE_BFLOAT16,
+                   w, ": dtype ", dtype,
+                   ", expected 1 (float16) or 2 (bfloat16) (fp8 pools: lazyattn_pool_create_fp8)");
     LAZYATTN_CHECK(device >= 0, w, ": device ", device, ", expected a CUDA device index >= 0");
     LAZYATTN_CHECK(eviction == LAZYATTN_EVICTION_LRU || eviction == LAZYATTN_EVICTION_SEGMENTED_LRU,
                    w, ": eviction ", eviction, ", expected ", LAZYATTN_EVICTION_LRU, " (lru) or ",
@@ -131,6 +135,13 @@ lazyattn_status create_pool(const char* w, int32_t num_layers, int32_t num_kv_he
     KvStoreConfig c{num_layers, num_kv_heads, head_dim, page_size, static_cast<DType>(dtype),
                     num_pages};
     c.eviction = static_cast<EvictionPolicy>(eviction);  // in range: checked above
+    if (dtype == LAZYATTN_DTYPE_FLOAT8_E4M3) {  // the bookkeeping checks the values, by name
+      LAZYATTN_CHECK(num_layers >= 1 && num_kv_heads >= 1, w, ": num_layers ", num_layers,
+                     " and num_kv_heads ", num_kv_heads, ", expected >= 1");
+      const auto n = static_cast<std::size_t>(num_layers) * static_cast<std::size_t>(num_kv_heads);
+      if (k_scale) c.k_scale.assign(k_scale, k_scale + n);
+      if (v_scale) c.v_scale.assign(v_scale, v_scale + n);
+    }
     // The bookkeeping checks the geometry (the kernels index it), naming the bad value.
     auto pool = std::make_unique<lazyattn_pool_t>(device, c);
     const PoolGeometry& g = pool->pages.geometry();
@@ -165,6 +176,34 @@ lazyattn_status lazyattn_pool_fingerprint(lazyattn_pool pool, uint64_t* out) {
     lazyattn_pool_t& p = pool_of(pool, w);
     check_out(out, w);
     *out = p.pages.fingerprint();
+  });
+}
+
+lazyattn_status lazyattn_pool_create_fp8(int32_t num_layers, int32_t num_kv_heads,
+                                         int32_t head_dim, int32_t page_size, int64_t num_pages,
+                                         int32_t device, int32_t eviction, const float* k_scale,
+                                         const float* v_scale, lazyattn_pool* out) {
+  return create_pool("lazyattn_pool_create_fp8", num_layers, num_kv_heads, head_dim, page_size,
+                     LAZYATTN_DTYPE_FLOAT8_E4M3, num_pages, device, eviction, out, k_scale,
+                     v_scale);
+}
+
+lazyattn_status lazyattn_pool_scales(lazyattn_pool pool, float* scales, int64_t count) {
+  const char* w = "lazyattn_pool_scales";
+  return guarded(w, [&] {
+    lazyattn_pool_t& p = pool_of(pool, w);
+    check_out(scales, w);
+    const KvStoreConfig& c = p.config;
+    LAZYATTN_CHECK(c.dtype == DType::kFloat8E4M3, w, ": a ", to_string(c.dtype),
+                   " pool has no scales, expected a float8_e4m3 pool");
+    const std::int64_t n = std::int64_t{c.num_layers} * c.num_kv_heads;
+    LAZYATTN_CHECK(count == 2 * n, w, ": count ", count, ", expected 2 x num_layers ",
+                   c.num_layers, " x num_kv_heads ", c.num_kv_heads, " = ", 2 * n);
+    for (int k = 0; k < 2; ++k) {
+      const std::vector<float>& s = k == 0 ? c.k_scale : c.v_scale;
+      for (std::int64_t i = 0; i < n; ++i)
+        scales[k * n + i] = s.empty() ? 1.0f : s[static_cast<std::size_t>(i)];
+    }
   });
 }
 

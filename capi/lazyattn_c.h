@@ -28,7 +28,7 @@
 extern "C" {
 #endif
 
-#define LAZYATTN_C_ABI_VERSION 4
+#define LAZYATTN_C_ABI_VERSION 5
 
 typedef enum lazyattn_status {
   LAZYATTN_OK = 0,
@@ -41,7 +41,12 @@ typedef enum lazyattn_status {
 /* Element types, storage forms and segment kinds: the values of lazyattn's DType, StorageForm
  * and SegmentKind. Absolute form (tails only): K rotated at its logical positions, as a model's
  * own forward rotates it. */
-enum { LAZYATTN_DTYPE_FLOAT32 = 0, LAZYATTN_DTYPE_FLOAT16 = 1, LAZYATTN_DTYPE_BFLOAT16 = 2 };
+enum {
+  LAZYATTN_DTYPE_FLOAT32 = 0,
+  LAZYATTN_DTYPE_FLOAT16 = 1,
+  LAZYATTN_DTYPE_BFLOAT16 = 2,
+  LAZYATTN_DTYPE_FLOAT8_E4M3 = 3 /* pools only: lazyattn_pool_create_fp8 */
+};
 enum { LAZYATTN_FORM_RAW = 0, LAZYATTN_FORM_LOCAL = 1, LAZYATTN_FORM_ABSOLUTE = 2 };
 enum { LAZYATTN_SEGMENT_DOCUMENT = 0, LAZYATTN_SEGMENT_TAIL = 1 };
 /* What a plan is for. */
@@ -122,6 +127,21 @@ LAZYATTN_C_API lazyattn_status lazyattn_pool_create_with_eviction(
  * same calls in the same order have equal ones. Tensor-parallel ranks compare theirs to find one
  * whose bookkeeping went its own way (since ABI version 4). */
 LAZYATTN_C_API lazyattn_status lazyattn_pool_fingerprint(lazyattn_pool pool, uint64_t* out);
+/* An fp8 (e4m3) pool (since ABI version 5): K and V are stored as e4m3(x / scale) with one scale
+ * per layer and KV head, k_scale and v_scale [num_layers * num_kv_heads] host floats (copied;
+ * NULL: all 1), finite and positive. Host memory only, as lazyattn_pool_create. Its launches are
+ * lazyattn_write_fp8 and lazyattn_decode_fp8, which take the caller's device copy of the scales
+ * (lazyattn_pool_scales gives them); lazyattn_write, lazyattn_decode and lazyattn_prefill refuse
+ * the pool (the prefill kernels do not read fp8 pools yet). */
+LAZYATTN_C_API lazyattn_status lazyattn_pool_create_fp8(int32_t num_layers, int32_t num_kv_heads,
+                                                        int32_t head_dim, int32_t page_size,
+                                                        int64_t num_pages, int32_t device,
+                                                        int32_t eviction, const float* k_scale,
+                                                        const float* v_scale, lazyattn_pool* out);
+/* An fp8 pool's scales into `scales` (count = 2 * num_layers * num_kv_heads floats): K's, then
+ * V's, each [num_layers][num_kv_heads], 1 where none were given. */
+LAZYATTN_C_API lazyattn_status lazyattn_pool_scales(lazyattn_pool pool, float* scales,
+                                                    int64_t count);
 /* The pool's eviction policy (a LAZYATTN_EVICTION_ value). */
 LAZYATTN_C_API lazyattn_status lazyattn_pool_eviction(lazyattn_pool pool, int32_t* eviction);
 LAZYATTN_C_API lazyattn_status lazyattn_pool_destroy(lazyattn_pool pool); /* NULL: no-op */
@@ -214,6 +234,16 @@ LAZYATTN_C_API lazyattn_status lazyattn_write(lazyattn_pool pool, lazyattn_rope 
                                               void* k_pool, void* v_pool, const void* k,
                                               const void* v, int64_t num_tokens, const void* dst,
                                               int32_t flags, void* stream);
+/* lazyattn_write into an fp8 pool: k, v of `input_dtype` (LAZYATTN_DTYPE_BFLOAT16 or FLOAT16),
+ * stored as e4m3(x / scale), K after its rotation. scales: the device copy of
+ * lazyattn_pool_scales' output; saturated: one device uint64 that counts the values whose
+ * |x / scale| reached 464 (stored as +-448; lazyattn_doc_allocate's host twin refuses them). */
+LAZYATTN_C_API lazyattn_status lazyattn_write_fp8(lazyattn_pool pool, lazyattn_rope rope,
+                                                  int32_t layer, void* k_pool, void* v_pool,
+                                                  const float* scales, uint64_t* saturated,
+                                                  int32_t input_dtype, const void* k,
+                                                  const void* v, int64_t num_tokens,
+                                                  const void* dst, int32_t flags, void* stream);
 
 /* ---- plans -----------------------------------------------------------------------------------
  * A batch: request b's segments are segments[segment_indptr[b] .. segment_indptr[b+1]), exactly
@@ -277,6 +307,16 @@ LAZYATTN_C_API lazyattn_status lazyattn_decode(lazyattn_plan plan, int32_t layer
                                                int32_t num_qo_heads, double softmax_scale,
                                                int32_t flags, const void* q, void* o,
                                                float* maybe_lse, void* stream);
+/* lazyattn_decode over an fp8 pool: q and o of `q_dtype` (LAZYATTN_DTYPE_BFLOAT16 or FLOAT16),
+ * scales the device copy of lazyattn_pool_scales' output. Local-form and absolute segments only
+ * (raw-form ones are refused). */
+LAZYATTN_C_API lazyattn_status lazyattn_decode_fp8(lazyattn_plan plan, int32_t layer,
+                                                   const void* k_pool, const void* v_pool,
+                                                   const float* scales, const void* plan_device,
+                                                   void* workspace, int32_t num_qo_heads,
+                                                   double softmax_scale, int32_t flags,
+                                                   int32_t q_dtype, const void* q, void* o,
+                                                   float* maybe_lse, void* stream);
 
 #ifdef __cplusplus
 } /* extern "C" */

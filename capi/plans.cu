@@ -196,6 +196,9 @@ lazyattn_status lazyattn_plan_create(lazyattn_pool pool, lazyattn_rope rope,
     for (std::int32_t s = 0; s < pl.num_segments(); ++s)
       rope->policy.check_form(static_cast<StorageForm>(pl.segment_form[s]), w);
 
+    LAZYATTN_CHECK(o.kind == LAZYATTN_PLAN_DECODE || p.config.dtype != DType::kFloat8E4M3, w,
+                   ": a prefill plan over a float8_e4m3 pool: the prefill kernels do not read fp8 "
+                   "pools yet, expected a bfloat16 or float16 pool");
     DeviceScope scope(p.device);
     if (o.kind == LAZYATTN_PLAN_DECODE) {
       LAZYATTN_CHECK(cuda::supports_decode_group(G), w, ": GQA group size ", G, " (",
@@ -203,7 +206,10 @@ lazyattn_status lazyattn_plan_create(lazyattn_pool pool, lazyattn_rope rope,
                      " for decode");
       if (p.sm_count == 0) {
         p.sm_count = cuda::device_sm_count();
-        p.ctas_per_sm = decode_ctas_per_sm(p.config.dtype, p.config.head_dim);
+        // (an fp8 pool's decode has the bf16 kernel's shared memory and no more registers)
+        const DType kernel_dtype =
+            p.config.dtype == DType::kFloat8E4M3 ? DType::kBFloat16 : p.config.dtype;
+        p.ctas_per_sm = decode_ctas_per_sm(kernel_dtype, p.config.head_dim);
       }
       cuda::ScheduleOptions so;
       so.num_sms = p.sm_count;

@@ -53,8 +53,7 @@ extern "C" lazyattn_status lazyattn_prefill(lazyattn_plan plan, int32_t layer, c
     set_up(L, plan, LAZYATTN_PLAN_PREFILL, layer, k_pool, v_pool, plan_device, workspace,
            num_qo_heads, flags, q, o, maybe_lse, w);
     DeviceScope scope(L.pool->device);
-    const cuda::DevicePool pool(L.pool->config, const_cast<void*>(k_pool),
-                                const_cast<void*>(v_pool));
+    const cuda::DevicePool pool = launch_pool(L, k_pool, v_pool);
     auto args = launch_args<cuda::PrefillArgs>(L, layer, softmax_scale, q, o, maybe_lse);
     args.kv_splits = L.plan->kv_splits;
     cuda::PrefillScratch scratch;

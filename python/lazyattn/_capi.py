@@ -8,7 +8,7 @@ import ctypes
 import glob
 import os
 
-ABI_VERSION = 4
+ABI_VERSION = 5
 
 OK = 0
 ERROR_INVALID_ARGUMENT = 1
@@ -18,6 +18,7 @@ ERROR_INTERNAL = 4
 
 DTYPE_FLOAT16 = 1
 DTYPE_BFLOAT16 = 2
+DTYPE_FLOAT8_E4M3 = 3
 FORM_RAW = 0
 FORM_LOCAL = 1
 FORM_ABSOLUTE = 2
@@ -121,7 +122,7 @@ def _declare(h):
     c = ctypes
     i32, i64, u64, vp, dbl = c.c_int32, c.c_int64, c.c_uint64, c.c_void_p, c.c_double
     pi32, pi64, pu64, pvp = c.POINTER(i32), c.POINTER(i64), c.POINTER(u64), c.POINTER(vp)
-    pdbl = c.POINTER(dbl)
+    pdbl, pf32 = c.POINTER(dbl), c.POINTER(c.c_float)
     launch = [vp, i32, vp, vp, vp, vp, i32, dbl, i32, vp, vp, vp, vp]
     protos = {
         "lazyattn_abi_version": (c.c_int, []),
@@ -129,6 +130,9 @@ def _declare(h):
         "lazyattn_pool_create_with_eviction": (c.c_int, [i32, i32, i32, i32, i32, i64, i32, i32,
                                                          pvp]),
         "lazyattn_pool_fingerprint": (c.c_int, [vp, pu64]),
+        "lazyattn_pool_create_fp8": (c.c_int, [i32, i32, i32, i32, i64, i32, i32, pf32, pf32,
+                                               pvp]),
+        "lazyattn_pool_scales": (c.c_int, [vp, pf32, i64]),
         "lazyattn_pool_eviction": (c.c_int, [vp, pi32]),
         "lazyattn_pool_destroy": (c.c_int, [vp]),
         "lazyattn_pool_stats_get": (c.c_int, [vp, c.POINTER(PoolStats)]),
@@ -152,6 +156,8 @@ def _declare(h):
         "lazyattn_destinations_bytes": (c.c_int, [i64, i32, pi64]),
         "lazyattn_destinations": (c.c_int, [vp, i32, pi32, pu64, pi64, pi64, i32, vp, i64, pi64]),
         "lazyattn_write": (c.c_int, [vp, vp, i32, vp, vp, vp, vp, i64, vp, i32, vp]),
+        "lazyattn_write_fp8": (c.c_int, [vp, vp, i32, vp, vp, vp, vp, i32, vp, vp, i64, vp, i32,
+                                         vp]),
         "lazyattn_plan_create": (c.c_int, [vp, vp, c.POINTER(Segment), pi32, pi32, i32,
                                            c.POINTER(PlanOptions), pvp]),
         "lazyattn_plan_destroy": (c.c_int, [vp]),
@@ -160,6 +166,8 @@ def _declare(h):
         "lazyattn_plan_valid": (c.c_int, [vp, pi32]),
         "lazyattn_prefill": (c.c_int, launch),
         "lazyattn_decode": (c.c_int, launch),
+        "lazyattn_decode_fp8": (c.c_int, [vp, i32, vp, vp, vp, vp, vp, i32, dbl, i32, i32, vp,
+                                          vp, vp, vp]),
     }
     for name, (res, args) in protos.items():
         fn = getattr(h, name)

@@ -230,6 +230,58 @@ class StoreTest(unittest.TestCase):
         self.assert_fails("not a live handle", "pool_fingerprint", a.h,
                           ctypes.byref(ctypes.c_uint64()))
 
+    def test_fp8_pools(self):
+        floats = ctypes.c_float * 4
+        ks, vs = floats(0.5, 0.25, 2.0, 1.0), floats(0.125, 1.0, 4.0, 0.75)
+        h = ctypes.c_void_p()
+        capi.call("pool_create_fp8", 2, 2, 128, PAGE, 8, 0, 1, ks, vs, ctypes.byref(h))
+        got = (ctypes.c_float * 8)()
+        capi.call("pool_scales", h, got, 8)
+        self.assertEqual(list(got), list(ks) + list(vs))
+        ev, nbytes = ctypes.c_int32(), ctypes.c_int64()
+        capi.call("pool_eviction", h, ctypes.byref(ev))
+        self.assertEqual(ev.value, 1)
+        capi.call("pool_bytes", h, ctypes.byref(nbytes))
+        self.assertEqual(nbytes.value, 2 * 8 * 2 * PAGE * 128)  # one byte an element
+        # The bookkeeping is a pool's like any other.
+        doc, ins = ctypes.c_uint64(), ctypes.c_int32()
+        capi.call("doc_allocate", h, 1, 2, capi.FORM_LOCAL, 40, ctypes.byref(doc),
+                  ctypes.byref(ins))
+        self.assertTrue(ins.value)
+        capi.call("doc_commit", h, doc.value)
+        # The 16-bit launches refuse it by name, before looking at any pointer; so do the fp8
+        # ones on a bad input dtype.
+        self.assert_fails("float8_e4m3 pools: lazyattn_write_fp8", "write", h, None, 0, None,
+                          None, None, None, 1, None, 0, None)
+        self.assert_fails("input_dtype 0, expected 1 \\(float16\\) or 2 \\(bfloat16\\)",
+                          "write_fp8", h, None, 0, None, None, None, None, 0, None, None, 1, None,
+                          0, None)
+        self.assert_fails("count 7, expected 2 x num_layers 2 x num_kv_heads 2 = 8",
+                          "pool_scales", h, got, 7)
+        capi.call("pool_destroy", h)
+        # No scales: all 1.
+        capi.call("pool_create_fp8", 1, 2, 64, PAGE, 4, 0, 0, None, None, ctypes.byref(h))
+        ones = (ctypes.c_float * 4)()
+        capi.call("pool_scales", h, ones, 4)
+        self.assertEqual(list(ones), [1.0] * 4)
+        capi.call("pool_destroy", h)
+        # Bad scales are named; nothing is created.
+        for bad, text in ((0.0, "0"), (float("nan"), "nan"), (-1.0, "-1")):
+            out = ctypes.c_void_p(1)
+            self.assert_fails("v_scale\\[2\\] \\(layer 1, KV head 0\\) is %s, expected a finite "
+                              "positive scale" % text, "pool_create_fp8", 2, 2, 128, PAGE, 8, 0,
+                              0, ks, floats(1.0, 1.0, bad, 1.0), ctypes.byref(out))
+            self.assertIsNone(out.value, "a failed create left a handle")
+        # fp8 only through its own constructor; scales only of fp8 pools.
+        self.assert_fails("dtype 3, expected 1 \\(float16\\) or 2 \\(bfloat16\\) \\(fp8 pools: "
+                          "lazyattn_pool_create_fp8\\)", "pool_create", 1, 2, 128, 16,
+                          capi.DTYPE_FLOAT8_E4M3, 8, 0, ctypes.byref(ctypes.c_void_p()))
+        p = Pool()
+        self.assert_fails("a bfloat16 pool has no scales", "pool_scales", p.h, got, 8, pool=p)
+        self.assert_fails("a bfloat16 pool, expected a float8_e4m3 pool", "write_fp8", p.h, None,
+                          0, None, None, None, None, 2, None, None, 1, None, 0, None, pool=p)
+        p.destroy()
+
     def test_document_keys(self):
         toks = (ctypes.c_int32 * 3)(1, 2, 3)
         hi, lo, hi2, lo2 = (ctypes.c_uint64() for _ in range(4))

@@ -73,8 +73,9 @@ class DevicePool {
   // 16-byte aligned, and outliving this object. Nothing is allocated or copied, so this is cheap
   // enough to build per launch (and inside a CUDA graph capture). An fp8 pool also needs the
   // caller's device copies of its scales, k_scales and v_scales ([num_layers][num_kv_heads]
-  // floats, the config's values, or 1 where it has none), and of a saturation counter (one
-  // unsigned long long, zero to start), all outliving this object.
+  // floats, the config's values, or 1 where it has none), and, to be written (write_tokens,
+  // copy_tokens), a saturation counter (one unsigned long long, zero to start), all outliving
+  // this object.
   DevicePool(const KvStoreConfig& config, void* k, void* v, const float* k_scales = nullptr,
              const float* v_scales = nullptr, unsigned long long* saturated = nullptr)
       : config_(checked(config)),
@@ -91,9 +92,9 @@ class DevicePool {
                    "DevicePool: external K/V pools must be 16-byte aligned (tiles are read in "
                    "16-byte vectors)");
     const bool fp8 = config_.dtype == DType::kFloat8E4M3;
-    LAZYATTN_CHECK(fp8 ? (k_scales && v_scales && saturated) : !(k_scales || v_scales || saturated),
+    LAZYATTN_CHECK(fp8 ? (k_scales && v_scales) : !(k_scales || v_scales || saturated),
                    "DevicePool: an external ", to_string(config_.dtype), " pool ",
-                   fp8 ? "needs its scales and saturation counter on the device, got null"
+                   fp8 ? "needs its scales on the device, got null"
                        : "takes no scales or saturation counter (those are for float8_e4m3)");
   }
 

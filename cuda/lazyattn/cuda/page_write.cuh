@@ -133,6 +133,8 @@ inline void launch_page_write(DevicePool& pool, DType input, int layer, PageWrit
     p.k_scale = pool.k_scales(layer);
     p.v_scale = pool.v_scales(layer);
     p.saturated = pool.saturation_counter();
+    LAZYATTN_CHECK(p.saturated, where, ": a float8_e4m3 pool without a saturation counter, "
+                   "expected one (DevicePool over external pools: its `saturated`)");
   }
   dispatch_dtype(input, [&](auto tag) {
     using TIn = device_type_t<decltype(tag)>;
