@@ -22,13 +22,17 @@ namespace lazyattn::test::gpu {
 using test::ref::Scenario;
 using test::ref::ScenarioSpec;
 
+// One of `options` (an array), drawn uniformly from `rng`: the random scenarios' choices.
+template <class Options>
+auto pick_one(std::mt19937_64& rng, const Options& options) {
+  return options[std::uniform_int_distribution<std::size_t>(0, std::size(options) - 1)(rng)];
+}
+
 // A random decode scenario of the [cuda][decode] sweep: head dims, GQA ratios, page sizes, element
 // types, rotary layouts, schedules, storage forms, layouts, positions and lengths drawn from `seed`.
 inline ScenarioSpec random_decode_spec(std::uint64_t seed) {
   std::mt19937_64 rng(seed);
-  auto pick = [&](auto const& options) {
-    return options[std::uniform_int_distribution<std::size_t>(0, std::size(options) - 1)(rng)];
-  };
+  auto pick = [&](auto const& options) { return pick_one(rng, options); };
   ScenarioSpec s;
   s.seed = seed;
   s.head_dim = pick(std::array{64, 128, 128, 256});

@@ -101,9 +101,7 @@ struct GraphCase {
 
 ScenarioSpec graph_spec(const GraphCase& c) {
   std::mt19937_64 rng(c.seed);
-  auto pick = [&](auto const& options) {
-    return options[std::uniform_int_distribution<std::size_t>(0, std::size(options) - 1)(rng)];
-  };
+  auto pick = [&](auto const& options) { return gpu::pick_one(rng, options); };
   ScenarioSpec s;
   s.seed = c.seed;
   s.head_dim = c.head_dim;

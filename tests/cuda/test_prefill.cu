@@ -19,9 +19,7 @@ namespace {
 
 ScenarioSpec random_prefill_spec(std::uint64_t seed) {
   std::mt19937_64 rng(seed);
-  auto pick = [&](auto const& options) {
-    return options[std::uniform_int_distribution<std::size_t>(0, std::size(options) - 1)(rng)];
-  };
+  auto pick = [&](auto const& options) { return gpu::pick_one(rng, options); };
   ScenarioSpec s;
   s.seed = seed;
   s.head_dim = pick(std::array{64, 128, 128, 256});
