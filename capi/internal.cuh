@@ -220,8 +220,8 @@ void check_plan_current(lazyattn_plan_t& plan, const char* where);
 int decode_ctas_per_sm(DType dtype, int head_dim);
 // The most key-range splits automatic prefill would take for this plan, over both RoPE settings.
 int prefill_max_auto_splits(const lazyattn_plan_t& plan);
-// 16-bit elements of rotated-K workspace a prefill plan needs (cuda::prefill_rotated_k_elems with
+// 16-bit elements of tile scratch a prefill plan's workspace holds (cuda::prefill_tile_elems with
 // RoPE on, where the Hopper kernel takes the plan; else 0).
-std::int64_t prefill_rotated_k_elems(const lazyattn_plan_t& plan);
+std::int64_t prefill_tile_elems(const lazyattn_plan_t& plan);
 
 }  // namespace lazyattn::capi

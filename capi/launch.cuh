@@ -44,14 +44,12 @@ inline void set_up(Launch& L, lazyattn_plan plan, std::int32_t kind, std::int32_
       "(4)");
   LAZYATTN_CHECK(num_qo_heads == pl.num_qo_heads, w, ": num_qo_heads ", num_qo_heads,
                  ", expected the plan's ", pl.num_qo_heads);
-  // fp8 pools: decode only, through lazyattn_decode_fp8, with 16-bit q and o.
+  // fp8 pools: through lazyattn_prefill_fp8 / lazyattn_decode_fp8, with 16-bit q and o.
   const bool fp8_pool = c.dtype == DType::kFloat8E4M3;
-  LAZYATTN_CHECK(!fp8_pool || kind == LAZYATTN_PLAN_DECODE, w,
-                 ": a float8_e4m3 pool: the prefill kernels do not read fp8 pools yet, expected a "
-                 "bfloat16 or float16 pool");
+  const char* entry = kind == LAZYATTN_PLAN_DECODE ? "decode" : "prefill";
   LAZYATTN_CHECK(fp8 == fp8_pool, w, ": a ", to_string(c.dtype), " pool, expected ",
-                 fp8 ? "a float8_e4m3 pool (others: lazyattn_decode)"
-                     : "a 16-bit pool (float8_e4m3 pools: lazyattn_decode_fp8)");
+                 fp8 ? "a float8_e4m3 pool (others: lazyattn_" : "a 16-bit pool (float8_e4m3 pools: lazyattn_",
+                 entry, fp8 ? ")" : "_fp8)");
   LAZYATTN_CHECK(!fp8 || q_dtype == LAZYATTN_DTYPE_BFLOAT16 || q_dtype == LAZYATTN_DTYPE_FLOAT16,
                  w, ": q_dtype ", q_dtype, ", expected 1 (float16) or 2 (bfloat16)");
   L.io_dtype = fp8 ? static_cast<DType>(q_dtype) : c.dtype;

@@ -28,7 +28,7 @@
 extern "C" {
 #endif
 
-#define LAZYATTN_C_ABI_VERSION 5
+#define LAZYATTN_C_ABI_VERSION 6
 
 typedef enum lazyattn_status {
   LAZYATTN_OK = 0,
@@ -130,9 +130,9 @@ LAZYATTN_C_API lazyattn_status lazyattn_pool_fingerprint(lazyattn_pool pool, uin
 /* An fp8 (e4m3) pool (since ABI version 5): K and V are stored as e4m3(x / scale) with one scale
  * per layer and KV head, k_scale and v_scale [num_layers * num_kv_heads] host floats (copied;
  * NULL: all 1), finite and positive. Host memory only, as lazyattn_pool_create. Its launches are
- * lazyattn_write_fp8 and lazyattn_decode_fp8, which take the caller's device copy of the scales
- * (lazyattn_pool_scales gives them); lazyattn_write, lazyattn_decode and lazyattn_prefill refuse
- * the pool (the prefill kernels do not read fp8 pools yet). */
+ * lazyattn_write_fp8, lazyattn_decode_fp8 and (since ABI version 6) lazyattn_prefill_fp8, which
+ * take the caller's device copy of the scales (lazyattn_pool_scales gives them);
+ * lazyattn_write, lazyattn_decode and lazyattn_prefill refuse the pool. */
 LAZYATTN_C_API lazyattn_status lazyattn_pool_create_fp8(int32_t num_layers, int32_t num_kv_heads,
                                                         int32_t head_dim, int32_t page_size,
                                                         int64_t num_pages, int32_t device,
@@ -307,6 +307,17 @@ LAZYATTN_C_API lazyattn_status lazyattn_decode(lazyattn_plan plan, int32_t layer
                                                int32_t num_qo_heads, double softmax_scale,
                                                int32_t flags, const void* q, void* o,
                                                float* maybe_lse, void* stream);
+/* lazyattn_prefill over an fp8 pool (since ABI version 6): q and o of `q_dtype`
+ * (LAZYATTN_DTYPE_BFLOAT16 or FLOAT16), scales the device copy of lazyattn_pool_scales' output.
+ * Every storage form. The Hopper kernel dequantizes every K and V tile the plan reads into the
+ * workspace (its info.workspace_bytes includes that), so head_dim must be 64, 128 or 256. */
+LAZYATTN_C_API lazyattn_status lazyattn_prefill_fp8(lazyattn_plan plan, int32_t layer,
+                                                    const void* k_pool, const void* v_pool,
+                                                    const float* scales, const void* plan_device,
+                                                    void* workspace, int32_t num_qo_heads,
+                                                    double softmax_scale, int32_t flags,
+                                                    int32_t q_dtype, const void* q, void* o,
+                                                    float* maybe_lse, void* stream);
 /* lazyattn_decode over an fp8 pool: q and o of `q_dtype` (LAZYATTN_DTYPE_BFLOAT16 or FLOAT16),
  * scales the device copy of lazyattn_pool_scales' output. Local-form and absolute segments only
  * (raw-form ones are refused). */

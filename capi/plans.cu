@@ -196,9 +196,6 @@ lazyattn_status lazyattn_plan_create(lazyattn_pool pool, lazyattn_rope rope,
     for (std::int32_t s = 0; s < pl.num_segments(); ++s)
       rope->policy.check_form(static_cast<StorageForm>(pl.segment_form[s]), w);
 
-    LAZYATTN_CHECK(o.kind == LAZYATTN_PLAN_DECODE || p.config.dtype != DType::kFloat8E4M3, w,
-                   ": a prefill plan over a float8_e4m3 pool: the prefill kernels do not read fp8 "
-                   "pools yet, expected a bfloat16 or float16 pool");
     DeviceScope scope(p.device);
     if (o.kind == LAZYATTN_PLAN_DECODE) {
       LAZYATTN_CHECK(cuda::supports_decode_group(G), w, ": GQA group size ", G, " (",
@@ -275,13 +272,13 @@ lazyattn_status lazyattn_plan_create(lazyattn_pool pool, lazyattn_rope rope,
         plan->ws_bytes =
             align(plan->ws_o + static_cast<std::size_t>(plan->kv_splits_room * rows * D) * 4);
       }
-      // Raw-form segments: the Hopper kernel reads their K rotated once per launch into the
-      // workspace (cuda/prefill/raw_keys.cuh).
-      if (const std::int64_t elems = prefill_rotated_k_elems(*plan); elems > 0) {
+      // The Hopper kernel's tile scratch, 16-bit: raw-form segments' K rotated once per launch
+      // (cuda/prefill/raw_keys.cuh), or an fp8 pool's K and V dequantized
+      // (cuda/prefill/fp8_tiles.cuh).
+      if (const std::int64_t elems = prefill_tile_elems(*plan); elems > 0) {
         plan->ws_k = plan->ws_bytes;
         plan->ws_k_elems = elems;
-        plan->ws_bytes =
-            align(plan->ws_k + static_cast<std::size_t>(elems) * size_of(p.config.dtype));
+        plan->ws_bytes = align(plan->ws_k + static_cast<std::size_t>(elems) * 2);
       }
     }
     LAZYATTN_CHECK(!like || like->ws_bytes >= plan->ws_bytes, w, ": the plan needs a workspace of ",
@@ -291,8 +288,8 @@ lazyattn_status lazyattn_plan_create(lazyattn_pool pool, lazyattn_rope rope,
       plan->ws_counters = like->ws_counters;
       plan->ws_lse = like->ws_lse;
       plan->ws_o = like->ws_o;
-      LAZYATTN_CHECK(like->ws_k_elems >= plan->ws_k_elems, w, ": the plan's raw-form keys need ",
-                     plan->ws_k_elems, " rotated-K elements, options.like's workspace has ",
+      LAZYATTN_CHECK(like->ws_k_elems >= plan->ws_k_elems, w, ": the plan's tile scratch needs ",
+                     plan->ws_k_elems, " 16-bit elements, options.like's workspace has ",
                      like->ws_k_elems);
       plan->ws_k = like->ws_k;
       plan->ws_k_elems = like->ws_k_elems;

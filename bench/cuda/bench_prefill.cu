@@ -11,6 +11,8 @@
 //                mma.sync kernel; *_interleaved (GPT-J pairs) and *_partial (half the dims rotary,
 //                rotate-half) the other rotary layouts, in both forms (their RoPE-off baseline is
 //                rope_off: without RoPE the layout does not matter)
+//   *_fp8        local, raw and rope_off over an fp8 (e4m3) pool of the same pages (random codes,
+//                scales 1): the Hopper kernel after its dequantizing pass (prefill/fp8_tiles.cuh)
 //   splits       automatic key-range splits (a workspace is passed); LAZYATTN_BENCH_PREFILL_SPLITS=N
 //                forces N
 //   *_d64        the same shapes at head dim 64 (Llama-3.2-1B's attention: 32 query heads, 8 KV
@@ -47,7 +49,8 @@ struct Shape {
 // *Mma: the mma.sync kernel forced (kAuto takes the wgmma kernel at head dims 64, 128 and 256).
 enum class Mode {
   kLocal, kRaw, kRopeOff, kLocalMma, kRawMma, kRopeOffMma,
-  kLocalInterleaved, kRawInterleaved, kLocalPartial, kRawPartial
+  kLocalInterleaved, kRawInterleaved, kLocalPartial, kRawPartial,
+  kLocalFp8, kRawFp8, kRopeOffFp8
 };
 
 const char* name(Mode m) {
@@ -62,18 +65,24 @@ const char* name(Mode m) {
     case Mode::kRawInterleaved: return "raw_interleaved";
     case Mode::kLocalPartial: return "local_partial";
     case Mode::kRawPartial: return "raw_partial";
+    case Mode::kLocalFp8: return "local_fp8";
+    case Mode::kRawFp8: return "raw_fp8";
+    case Mode::kRopeOffFp8: return "rope_off_fp8";
   }
   return "?";
 }
 bool raw_mode(Mode m) {
   return m == Mode::kRaw || m == Mode::kRawMma || m == Mode::kRawInterleaved ||
-         m == Mode::kRawPartial;
+         m == Mode::kRawPartial || m == Mode::kRawFp8;
+}
+bool fp8_mode(Mode m) {
+  return m == Mode::kLocalFp8 || m == Mode::kRawFp8 || m == Mode::kRopeOffFp8;
 }
 
 struct Setup {
   std::string shape;
   std::unique_ptr<KvStore> store;
-  std::unique_ptr<cuda::DevicePool> pool;
+  std::unique_ptr<cuda::DevicePool> pool, pool_fp8;
   std::unique_ptr<cuda::DeviceRope> rope, rope_interleaved, rope_partial;
   cuda::DevicePlan plan_local, plan_raw;
   cuda::DeviceBuffer<__nv_bfloat16> q, o;
@@ -108,6 +117,10 @@ std::unique_ptr<Setup> build(const Shape& sh) {
   s->store = std::make_unique<KvStore>(cfg);
   s->pool = std::make_unique<cuda::DevicePool>(cfg);
   s->pool->fill_uniform(4321);
+  KvStoreConfig cfg8 = cfg;
+  cfg8.dtype = DType::kFloat8E4M3;
+  s->pool_fp8 = std::make_unique<cuda::DevicePool>(cfg8);
+  s->pool_fp8->fill_uniform(4321);
   s->rope = std::make_unique<cuda::DeviceRope>(llama3_rope(D));
   s->rope_interleaved =
       std::make_unique<cuda::DeviceRope>(llama3_rope(D, PairLayout::kInterleaved));
@@ -160,7 +173,7 @@ void bench_prefill(benchmark::State& state, Shape sh, Mode mode) {
   a.params.num_qo_heads = kQoHeads;
   a.params.num_kv_heads = kKvHeads;
   a.params.head_dim = sh.head_dim;
-  a.rope = mode != Mode::kRopeOff && mode != Mode::kRopeOffMma;
+  a.rope = mode != Mode::kRopeOff && mode != Mode::kRopeOffMma && mode != Mode::kRopeOffFp8;
   a.kernel = mode == Mode::kLocalMma || mode == Mode::kRawMma || mode == Mode::kRopeOffMma
                  ? cuda::PrefillKernel::kMmaSync
                  : cuda::PrefillKernel::kAuto;
@@ -170,13 +183,14 @@ void bench_prefill(benchmark::State& state, Shape sh, Mode mode) {
                                  : mode == Mode::kLocalPartial || mode == Mode::kRawPartial
                                      ? *s.rope_partial
                                      : *s.rope;
-  state.SetLabel(cuda::to_string(cuda::resolve_prefill_kernel(a, plan, rope)));
+  const cuda::DevicePool& pool = fp8_mode(mode) ? *s.pool_fp8 : *s.pool;
+  state.SetLabel(cuda::to_string(cuda::resolve_prefill_kernel(a, plan, rope, pool.dtype())));
   if (const char* e = std::getenv("LAZYATTN_BENCH_PREFILL_SPLITS")) a.kv_splits = std::atoi(e);
-  for (int i = 0; i < 3; ++i) cuda::prefill(a, *s.pool, plan, rope, &s.ws);
+  for (int i = 0; i < 3; ++i) cuda::prefill(a, pool, plan, rope, &s.ws);
   bench::EventTimer timer;
   for (auto _ : state)
     state.SetIterationTime(
-        timer.seconds_per_call([&](int) { cuda::prefill(a, *s.pool, plan, rope, &s.ws); }));
+        timer.seconds_per_call([&](int) { cuda::prefill(a, pool, plan, rope, &s.ws); }));
   state.counters["flops"] = s.flops;
   state.counters["TFLOPs"] =
       benchmark::Counter(s.flops * 1e-12 * state.iterations(), benchmark::Counter::kIsRate);
@@ -199,7 +213,9 @@ int main(int argc, char** argv) {
                                   Mode::kRopeOff,         Mode::kLocalMma,
                                   Mode::kRawMma,          Mode::kRopeOffMma,
                                   Mode::kLocalInterleaved, Mode::kRawInterleaved,
-                                  Mode::kLocalPartial,    Mode::kRawPartial};
+                                  Mode::kLocalPartial,    Mode::kRawPartial,
+                                  Mode::kLocalFp8,        Mode::kRawFp8,
+                                  Mode::kRopeOffFp8};
     for (Mode m : modes) {
       std::string n = "prefill/" + sh.name + "/" + name(m);
       benchmark::RegisterBenchmark(n.c_str(), bench_prefill, sh, m)

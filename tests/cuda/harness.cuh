@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <limits>
 #include <numeric>
+#include <optional>
 #include <random>
 #include <span>
 #include <utility>
@@ -64,6 +65,44 @@ inline ScenarioSpec random_decode_spec(std::uint64_t seed) {
   s.max_tail_extra = pick(std::array<std::int64_t, 3>{0, 20, 70});
   s.num_layers = pick(std::array{1, 2});
   s.layer = s.num_layers - 1;
+  s.empty_segment = pick(std::array{false, false, true});
+  return s;
+}
+
+// A random prefill scenario (the prefill sweep's): head dims 64 to 256, GQA groups 1 to 8, page
+// sizes 16 to 64, every storage form, rotary layout and schedule, 1 to 4 documents of 1 to 257
+// tokens, 1 to 3 requests of 1 to 129 queries, positions near 2^24 and 2^40.
+inline ScenarioSpec random_prefill_spec(std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  auto pick = [&](auto const& options) { return pick_one(rng, options); };
+  ScenarioSpec s;
+  s.seed = seed;
+  s.head_dim = pick(std::array{64, 128, 128, 256});
+  const std::array<std::pair<int, int>, 4> heads{{{4, 4}, {8, 2}, {16, 4}, {16, 2}}};
+  auto [hq, hk] = pick(heads);  // group sizes 1, 4, 4, 8
+  s.num_qo_heads = hq;
+  s.num_kv_heads = hk;
+  s.page_size = pick(std::array{16, 32, 64});
+  s.dtype = pick(std::array{DType::kBFloat16, DType::kBFloat16, DType::kFloat16});
+  s.pair_layout = pick(std::array{PairLayout::kHalf, PairLayout::kHalf, PairLayout::kInterleaved});
+  s.partial_rotary = pick(std::array{1.0, 1.0, 0.5});
+  s.schedule = pick(std::array{RopeType::kDefault, RopeType::kLlama3, RopeType::kYarn,
+                               RopeType::kDynamic});
+  s.doc_form = pick(std::array{StorageForm::kLocal, StorageForm::kRaw});
+  s.tail_form = pick(std::array{StorageForm::kLocal, StorageForm::kRaw, StorageForm::kAbsolute});
+  if (s.schedule == RopeType::kDynamic) s.doc_form = s.tail_form = StorageForm::kRaw;
+  s.layout = pick(test::ref::kAllLayouts);
+  s.base_position = pick(std::array<std::int64_t, 3>{0, (std::int64_t{1} << 24) - 3000,
+                                                     std::int64_t{1} << 40});
+  s.doc_lengths.clear();
+  const std::array<std::int64_t, 8> lengths{1, 16, 17, 63, 65, 129, 200, 257};
+  int num_docs = std::uniform_int_distribution<int>(1, 4)(rng);
+  for (int i = 0; i < num_docs; ++i) s.doc_lengths.push_back(pick(lengths));
+  s.docs_per_request = std::uniform_int_distribution<int>(1, 4)(rng);
+  s.num_requests = std::uniform_int_distribution<int>(1, 3)(rng);
+  s.num_queries = {pick(std::array<std::int64_t, 4>{1, 17, 128, 129}),
+                   pick(std::array<std::int64_t, 3>{1, 17, 33})};
+  s.max_tail_extra = pick(std::array<std::int64_t, 3>{0, 20, 70});
   s.empty_segment = pick(std::array{false, false, true});
   return s;
 }
@@ -134,9 +173,11 @@ std::vector<E> to_storage(const std::vector<float>& x) {
 }
 
 // The queries as the kernel sees them: rounded to the storage element type.
-inline std::vector<float> rounded_queries(const Scenario& sc) {
+// The scenario's queries rounded to `dtype` (the spec's where not given: an fp8 store's queries
+// come in 16 bits, so its callers name theirs).
+inline std::vector<float> rounded_queries(const Scenario& sc, std::optional<DType> dtype = {}) {
   std::vector<float> q = sc.q;
-  dispatch_dtype(sc.spec.dtype, [&](auto tag) {
+  dispatch_dtype(dtype.value_or(sc.spec.dtype), [&](auto tag) {
     for (float& x : q) x = round_to<decltype(tag)>(x);
   });
   return q;
@@ -168,11 +209,13 @@ struct DeviceScenario {
   bool query_rotated = false;  // cuda::DecodeArgs / PrefillArgs::query_rotated
   bool inputs_scaled = false;  // ... ::inputs_scaled
   cuda::PrefillKernel prefill_kernel = cuda::PrefillKernel::kAuto;  // cuda::PrefillArgs::kernel
+  DType io;  // the queries' and outputs' type: the spec's, or an fp8 store's 16-bit one
 
   // forced_splits < 0: the prefill kernel (its own schedule); otherwise decode with that many
-  // splits (0: the heuristic).
-  DeviceScenario(const Scenario& s, int forced_splits)
-      : sc(s), pool(with_spare_pages(s.store->config(), s.plan)), rope(s.rope) {
+  // splits (0: the heuristic). io_dtype: the queries' and outputs' type where the store's is fp8.
+  DeviceScenario(const Scenario& s, int forced_splits, std::optional<DType> io_dtype = {})
+      : sc(s), pool(with_spare_pages(s.store->config(), s.plan)), rope(s.rope),
+        io(io_dtype.value_or(s.spec.dtype)) {
     use_prefill = forced_splits < 0;
     std::vector<std::int32_t> all(static_cast<std::size_t>(s.store->config().num_pages));
     std::iota(all.begin(), all.end(), 0);
@@ -183,11 +226,11 @@ struct DeviceScenario {
     } else {
       cuda::ScheduleOptions opt;
       opt.forced_splits = forced_splits;
-      schedule = cuda::decode_schedule(s.plan, s.spec.params(), s.spec.dtype, opt);
+      schedule = cuda::decode_schedule(s.plan, s.spec.params(), io, opt);
     }
     plan.upload(s.plan, schedule);
-    std::vector<float> qr = rounded_queries(s);
-    dispatch_dtype(s.spec.dtype, [&](auto tag) {
+    std::vector<float> qr = rounded_queries(s, io);
+    dispatch_dtype(io, [&](auto tag) {
       using E = decltype(tag);
       auto qs = to_storage<E>(qr);
       q = cuda::DeviceBuffer<std::byte>(qs.size() * sizeof(E));
@@ -199,7 +242,7 @@ struct DeviceScenario {
 
   cuda::DecodeArgs args(bool rope_on, const void* q_ptr) {
     cuda::DecodeArgs a;
-    a.dtype = sc.spec.dtype;
+    a.dtype = io;
     a.q = q_ptr;
     a.o = o.data();
     a.maybe_lse = lse.data();
@@ -222,7 +265,7 @@ struct DeviceScenario {
     LAZYATTN_CUDA_CHECK(cudaDeviceSynchronize());
     GpuResult r;
     r.lse = lse.download();
-    dispatch_dtype(sc.spec.dtype, [&](auto tag) {
+    dispatch_dtype(io, [&](auto tag) {
       using E = decltype(tag);
       std::vector<E> host(o.bytes() / sizeof(E));
       LAZYATTN_CUDA_CHECK(cudaMemcpy(host.data(), o.data(), o.bytes(), cudaMemcpyDeviceToHost));
@@ -267,7 +310,7 @@ struct DeviceScenario {
   // path, R(-s) per local segment and R(-n) per raw key.
   GpuResult deferred_rotated() {
     cuda::DeviceBuffer<std::byte> q_rot(q.bytes());
-    cuda::rotate_queries(sc.spec.dtype, q.data(), q_rot.data(), plan.view(), sc.spec.num_qo_heads,
+    cuda::rotate_queries(io, q.data(), q_rot.data(), plan.view(), sc.spec.num_qo_heads,
                          sc.spec.head_dim, rope);
     query_rotated = inputs_scaled = true;
     poison();
@@ -302,7 +345,7 @@ struct DeviceScenario {
     cuda::DevicePlan dplan;
     dplan.upload(eager_plan, schedule);
     cuda::DeviceBuffer<std::byte> q_rot(q.bytes());
-    cuda::rotate_queries(sc.spec.dtype, q.data(), q_rot.data(), plan.view(), sc.spec.num_qo_heads,
+    cuda::rotate_queries(io, q.data(), q_rot.data(), plan.view(), sc.spec.num_qo_heads,
                          sc.spec.head_dim, rope);
     poison();
     launch(false, q_rot.data(), dplan);

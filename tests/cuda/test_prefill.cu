@@ -17,41 +17,6 @@ using lazyattn::test::ref::ScenarioSpec;
 
 namespace {
 
-ScenarioSpec random_prefill_spec(std::uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  auto pick = [&](auto const& options) { return gpu::pick_one(rng, options); };
-  ScenarioSpec s;
-  s.seed = seed;
-  s.head_dim = pick(std::array{64, 128, 128, 256});
-  const std::array<std::pair<int, int>, 4> heads{{{4, 4}, {8, 2}, {16, 4}, {16, 2}}};
-  auto [hq, hk] = pick(heads);  // group sizes 1, 4, 4, 8
-  s.num_qo_heads = hq;
-  s.num_kv_heads = hk;
-  s.page_size = pick(std::array{16, 32, 64});
-  s.dtype = pick(std::array{DType::kBFloat16, DType::kBFloat16, DType::kFloat16});
-  s.pair_layout = pick(std::array{PairLayout::kHalf, PairLayout::kHalf, PairLayout::kInterleaved});
-  s.partial_rotary = pick(std::array{1.0, 1.0, 0.5});
-  s.schedule = pick(std::array{RopeType::kDefault, RopeType::kLlama3, RopeType::kYarn,
-                               RopeType::kDynamic});
-  s.doc_form = pick(std::array{StorageForm::kLocal, StorageForm::kRaw});
-  s.tail_form = pick(std::array{StorageForm::kLocal, StorageForm::kRaw, StorageForm::kAbsolute});
-  if (s.schedule == RopeType::kDynamic) s.doc_form = s.tail_form = StorageForm::kRaw;
-  s.layout = pick(test::ref::kAllLayouts);
-  s.base_position = pick(std::array<std::int64_t, 3>{0, (std::int64_t{1} << 24) - 3000,
-                                                     std::int64_t{1} << 40});
-  s.doc_lengths.clear();
-  const std::array<std::int64_t, 8> lengths{1, 16, 17, 63, 65, 129, 200, 257};
-  int num_docs = std::uniform_int_distribution<int>(1, 4)(rng);
-  for (int i = 0; i < num_docs; ++i) s.doc_lengths.push_back(pick(lengths));
-  s.docs_per_request = std::uniform_int_distribution<int>(1, 4)(rng);
-  s.num_requests = std::uniform_int_distribution<int>(1, 3)(rng);
-  s.num_queries = {pick(std::array<std::int64_t, 4>{1, 17, 128, 129}),
-                   pick(std::array<std::int64_t, 3>{1, 17, 33})};
-  s.max_tail_extra = pick(std::array<std::int64_t, 3>{0, 20, 70});
-  s.empty_segment = pick(std::array{false, false, true});
-  return s;
-}
-
 // Whether the wgmma kernel takes this scenario (cuda::wgmma_prefill_mismatch's conditions:
 // head dim 64, 128 or 256, every storage form and rotary layout).
 bool wgmma_applies(const ScenarioSpec& s) {
@@ -318,7 +283,7 @@ TEST_CASE("the wgmma prefill kernel on requests of more segments than its table 
 TEST_CASE("prefill matches the float64 reference within 2x the eager error", "[cuda][prefill]") {
   const int kCases = std::max(1, test::options().cuda_cases / 2);
   for (int c = 0; c < kCases; ++c) {
-    ScenarioSpec spec = random_prefill_spec(5000 + c);
+    ScenarioSpec spec = gpu::random_prefill_spec(5000 + c);
     test::ref::Scenario sc = test::ref::make_scenario(spec);
     INFO("case " << c << ": " << spec << "\n" << sc.layout_text);
     check_prefill(sc);
@@ -484,7 +449,8 @@ TEST_CASE("document encoding on the device matches the reference's", "[cuda][pre
         a.maybe_lse = dlse.data();
         a.params = ap;
         a.kernel = kernel;
-        const cuda::PrefillKernel used = cuda::resolve_prefill_kernel(a, dp, drope);
+        const cuda::PrefillKernel used =
+            cuda::resolve_prefill_kernel(a, dp, drope, DType::kBFloat16);
         INFO("kernel " << cuda::to_string(kernel) << " -> " << cuda::to_string(used));
         CHECK(used == (kernel == cuda::PrefillKernel::kAuto ? cuda::PrefillKernel::kWgmmaWs
                                                              : cuda::PrefillKernel::kMmaSync));
@@ -515,7 +481,8 @@ TEST_CASE("prefill's kernel choice: kAuto takes wgmma_ws where it applies, kWgmm
   // A store of head dim D with one document in `form`, its plan uploaded for prefill, and the
   // choice for a given rope, kernel and rope switch.
   auto choose = [&](int D, StorageForm form, const RopeConfig& rc, cuda::PrefillKernel kernel,
-                    bool rope_on, std::int64_t rotated_k_room = -1) {
+                    bool rope_on, std::int64_t tile_room = -1,
+                    DType kv_dtype = DType::kBFloat16) {
     RopePolicy rope(rc);
     KvStoreConfig cfg{1, Hk, D, P, DType::kBFloat16, 8};
     KvStore store(cfg);
@@ -539,7 +506,7 @@ TEST_CASE("prefill's kernel choice: kAuto takes wgmma_ws where it applies, kWgmm
     a.params = AttentionParams{Hq, Hk, D};
     a.kernel = kernel;
     a.rope = rope_on;
-    return cuda::resolve_prefill_kernel(a, dp, drope, rotated_k_room);
+    return cuda::resolve_prefill_kernel(a, dp, drope, kv_dtype, tile_room);
   };
   RopeConfig full;
   full.head_dim = 128;
@@ -566,7 +533,21 @@ TEST_CASE("prefill's kernel choice: kAuto takes wgmma_ws where it applies, kWgmm
   // names what is missing; RoPE off or local form need none.
   CHECK(choose(128, StorageForm::kRaw, full, K::kAuto, true, 0) == K::kMmaSync);
   CHECK_THROWS_WITH(choose(128, StorageForm::kRaw, full, K::kWgmmaWs, true, 0),
-                    Catch::Contains("no rotated-K scratch"));
+                    Catch::Contains("no tile scratch to rotate them into"));
+  // fp8 pools: only the Hopper kernel reads them, after dequantizing into the tile scratch, so
+  // without room for it (every form, RoPE on or off) or with mma.sync forced the call is refused.
+  const DType e4m3 = DType::kFloat8E4M3;
+  for (StorageForm form : {StorageForm::kLocal, StorageForm::kRaw}) {
+    for (bool rope_on : {true, false}) {
+      INFO("fp8, form " << static_cast<int>(form) << ", rope " << rope_on);
+      CHECK(choose(128, form, full, K::kAuto, rope_on, -1, e4m3) == K::kWgmmaWs);
+      CHECK(choose(64, form, d64, K::kWgmmaWs, rope_on, -1, e4m3) == K::kWgmmaWs);
+      CHECK_THROWS_WITH(choose(128, form, full, K::kAuto, rope_on, 0, e4m3),
+                        Catch::Contains("float8_e4m3") && Catch::Contains("no tile scratch"));
+      CHECK_THROWS_WITH(choose(128, form, full, K::kMmaSync, rope_on, -1, e4m3),
+                        Catch::Contains("mma_sync over a float8_e4m3 pool"));
+    }
+  }
   CHECK(choose(128, StorageForm::kRaw, full, K::kAuto, false, 0) == K::kWgmmaWs);
   CHECK(choose(128, StorageForm::kLocal, full, K::kAuto, true, 0) == K::kWgmmaWs);
   CHECK(choose(256, StorageForm::kRaw, d256, K::kAuto, true, 0) == K::kMmaSync);

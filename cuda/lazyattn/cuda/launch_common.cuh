@@ -29,9 +29,6 @@ void check_attention_args(const char* where, const Args& args, const DevicePool&
   LAZYATTN_CHECK(ap.head_dim == geo.head_dim, where, ": head_dim ", ap.head_dim,
                  ", expected the pool's ", geo.head_dim);
   if (pool.dtype() == DType::kFloat8E4M3) {
-    LAZYATTN_CHECK(!prefill, where,
-                   ": a float8_e4m3 pool: the prefill kernels do not read fp8 pools yet, expected "
-                   "a bfloat16 or float16 pool");
     LAZYATTN_CHECK(args.dtype == DType::kBFloat16 || args.dtype == DType::kFloat16, where,
                    ": dtype ", to_string(args.dtype), " over a float8_e4m3 pool, expected "
                    "bfloat16 or float16 queries and outputs");

@@ -16,6 +16,7 @@
 #include "lazyattn/cuda/dispatch.cuh"
 #include "lazyattn/cuda/launch_common.cuh"
 #include "lazyattn/cuda/support.hpp"
+#include "lazyattn/cuda/prefill/fp8_tiles.cuh"
 #include "lazyattn/cuda/prefill/merge.cuh"
 #include "lazyattn/cuda/prefill/mma_sync.cuh"
 #include "lazyattn/cuda/prefill/params.cuh"
@@ -24,25 +25,25 @@
 
 namespace lazyattn::cuda {
 
-// Partial outputs of split-KV prefill, and the raw-form keys rotated for the Hopper kernel; grows
-// on demand (size it once before graph capture).
+// Partial outputs of split-KV prefill, and the Hopper kernel's tile scratch (raw-form keys
+// rotated, or fp8 K/V dequantized); grows on demand (size it once before graph capture).
 struct PrefillWorkspace {
   DeviceBuffer<float> partial_o;
   DeviceBuffer<float> partial_lse;
-  DeviceBuffer<std::uint16_t> rotated_k;
+  DeviceBuffer<std::uint16_t> tiles;
 };
 
 // Scratch in memory the caller owns. Split-KV, with room for `max_splits` splits: partial_o
 // [max_splits][num_queries * num_qo_heads][head_dim] and partial_lse [max_splits][num_queries *
-// num_qo_heads] floats; max_splits 0 (or 1): no splits. rotated_k: room for
-// prefill_rotated_k_elems 16-bit elements (the Hopper kernel over raw-form keys; without it such
-// a plan takes the mma.sync kernel).
+// num_qo_heads] floats; max_splits 0 (or 1): no splits. tiles: room for prefill_tile_elems
+// 16-bit elements, 16-byte aligned (the Hopper kernel over raw-form keys, which without it take
+// the mma.sync kernel, or over an fp8 pool, which without it is refused).
 struct PrefillScratch {
   float* partial_o = nullptr;
   float* partial_lse = nullptr;
   int max_splits = 0;
-  void* rotated_k = nullptr;
-  std::int64_t rotated_k_elems = 0;
+  void* tiles = nullptr;
+  std::int64_t tiles_elems = 0;
 };
 
 // The prefill kernels: the FlashAttention-2-style mma.sync kernel (every head dim, form and
@@ -84,29 +85,37 @@ struct PrefillArgs {
   PrefillKernel kernel = PrefillKernel::kAuto;
 };
 
-// 16-bit elements of rotated-K scratch the Hopper kernel needs for `plan` with `args`: one
-// [64][head_dim] tile per key tile of the schedule and KV head where RoPE is on and the plan has
-// raw-form segments, else 0.
-inline std::int64_t prefill_rotated_k_elems(const PrefillArgs& args, const DevicePlan& plan) {
-  if (!args.rope || !plan.has_raw_segments()) return 0;
+// 16-bit elements of tile scratch the Hopper kernel needs for `plan` with `args` over a pool of
+// `kv_dtype`: [64][head_dim] per key tile of the schedule and KV head, for K where RoPE is on and
+// the plan has raw-form segments (rotated by the raw-key pass), for K and V (K's tiles, then V's)
+// over an fp8 pool (dequantized by its pass); else 0.
+inline std::int64_t prefill_tile_elems(const PrefillArgs& args, const DevicePlan& plan,
+                                       DType kv_dtype) {
+  const bool fp8 = kv_dtype == DType::kFloat8E4M3;
+  if (!fp8 && (!args.rope || !plan.has_raw_segments())) return 0;
   std::int64_t n = plan.schedule().num_tiles;
   for (std::int64_t f : {std::int64_t{args.params.num_kv_heads}, std::int64_t{detail::kTileKeys},
-                         std::int64_t{args.params.head_dim}})
-    LAZYATTN_CHECK(f >= 0 && !__builtin_mul_overflow(n, f, &n),
-                   "cuda::prefill_rotated_k_elems: ", plan.schedule().num_tiles, " tiles x ",
-                   args.params.num_kv_heads, " KV heads x 64 x head_dim ", args.params.head_dim,
+                         std::int64_t{args.params.head_dim}, std::int64_t{fp8 ? 2 : 1}})
+    LAZYATTN_CHECK(f >= 0 && !__builtin_mul_overflow(n, f, &n), "cuda::prefill_tile_elems: ",
+                   plan.schedule().num_tiles, " tiles x ", args.params.num_kv_heads,
+                   " KV heads x 64 x head_dim ", args.params.head_dim, fp8 ? " x 2 (K, V)" : "",
                    " overflows int64");
   return n;
 }
 
-// Why the wgmma kernel cannot take this prefill, or nullptr when it can. rotated_k_room: the
-// 16-bit elements of rotated-K scratch at hand (a workspace grows to what it needs: -1).
+// Why the wgmma kernel cannot take this prefill over a pool of `kv_dtype`, or nullptr when it
+// can. tile_room: the 16-bit elements of tile scratch at hand (a workspace grows to what it
+// needs: -1).
 inline const char* wgmma_prefill_mismatch(const PrefillArgs& args, const DevicePlan& plan,
-                                          const DeviceRope&, std::int64_t rotated_k_room = -1) {
+                                          const DeviceRope&, DType kv_dtype,
+                                          std::int64_t tile_room = -1) {
   if (!detail::wgmma_prefill_head_dim(args.params.head_dim)) return "head_dim is not 64, 128 or 256";
-  if (rotated_k_room >= 0 && rotated_k_room < prefill_rotated_k_elems(args, plan))
-    return "the plan has raw-form segments and no rotated-K scratch for them "
-           "(PrefillScratch::rotated_k, or a PrefillWorkspace)";
+  if (tile_room >= 0 && tile_room < prefill_tile_elems(args, plan, kv_dtype))
+    return kv_dtype == DType::kFloat8E4M3
+               ? "the pool is float8_e4m3 and there is no tile scratch to dequantize it into "
+                 "(PrefillScratch::tiles of prefill_tile_elems, or a PrefillWorkspace)"
+               : "the plan has raw-form segments and no tile scratch to rotate them into "
+                 "(PrefillScratch::tiles of prefill_tile_elems, or a PrefillWorkspace)";
   return nullptr;
 }
 
@@ -132,12 +141,20 @@ inline void upload_for_prefill(DevicePlan& device_plan, const KvBookkeeping& sto
   device_plan.upload(store, plan, prefill_schedule(plan, args.params), stream);
 }
 
-// The kernel prefill() launches for these arguments (kAuto resolved; throws where kWgmmaWs is
-// asked for and does not apply).
+// The kernel prefill() launches for these arguments over a pool of `kv_dtype` (kAuto resolved;
+// throws where kWgmmaWs is asked for and does not apply, and for an fp8 pool the Hopper kernel
+// cannot take: the mma.sync kernel does not read fp8 pools).
 inline PrefillKernel resolve_prefill_kernel(const PrefillArgs& args, const DevicePlan& plan,
-                                            const DeviceRope& rope,
-                                            std::int64_t rotated_k_room = -1) {
-  const char* mismatch = wgmma_prefill_mismatch(args, plan, rope, rotated_k_room);
+                                            const DeviceRope& rope, DType kv_dtype,
+                                            std::int64_t tile_room = -1) {
+  const char* mismatch = wgmma_prefill_mismatch(args, plan, rope, kv_dtype, tile_room);
+  if (kv_dtype == DType::kFloat8E4M3) {
+    LAZYATTN_CHECK(args.kernel != PrefillKernel::kMmaSync,
+                   "cuda::prefill: kernel = mma_sync over a float8_e4m3 pool, expected auto or "
+                   "wgmma_ws (only the Hopper kernel reads fp8 pools)");
+    LAZYATTN_CHECK(!mismatch, "cuda::prefill: a float8_e4m3 pool needs the Hopper kernel, but ",
+                   mismatch ? mismatch : "", " (head_dim ", args.params.head_dim, ")");
+  }
   switch (args.kernel) {
     case PrefillKernel::kMmaSync:
       return PrefillKernel::kMmaSync;
@@ -157,8 +174,8 @@ inline PrefillKernel resolve_prefill_kernel(const PrefillArgs& args, const Devic
 // The key-range splits per query tile that kv_splits = 0 picks: enough CTAs for one full wave,
 // each split at least 4 key tiles, at most 16 (the GPU's SM count is read each call).
 inline int prefill_auto_splits(const PrefillArgs& args, const DevicePlan& plan,
-                               const DeviceRope& rope) {
-  const PrefillKernel chosen = resolve_prefill_kernel(args, plan, rope);
+                               const DeviceRope& rope, DType kv_dtype) {
+  const PrefillKernel chosen = resolve_prefill_kernel(args, plan, rope, kv_dtype);
   const bool wgmma = chosen == PrefillKernel::kWgmmaWs;
   const DecodeScheduleView& sv = plan.schedule();
   const std::int64_t ctas =
@@ -196,18 +213,27 @@ inline void prefill(const PrefillArgs& args, const DevicePool& pool, const Devic
                    rope.view().offset_rows, " rows, expected >= 16 (DeviceRope's offset_rows)");
   if (sv.num_qtiles == 0) return;
 
-  LAZYATTN_CHECK(scratch.rotated_k_elems >= 0 && (scratch.rotated_k_elems == 0 || scratch.rotated_k),
-                 w, ": scratch's rotated_k of ", scratch.rotated_k_elems,
+  LAZYATTN_CHECK(scratch.tiles_elems >= 0 && (scratch.tiles_elems == 0 || scratch.tiles), w,
+                 ": scratch's tiles of ", scratch.tiles_elems,
                  " elements, expected >= 0 and a pointer where > 0");
+  LAZYATTN_CHECK(reinterpret_cast<std::uintptr_t>(scratch.tiles) % 16 == 0, w,
+                 ": scratch's tiles must be 16-byte aligned, its address is ",
+                 reinterpret_cast<std::uintptr_t>(scratch.tiles) % 16, " mod 16");
 
   PrefillParams p;
   detail::fill_attention_params(p, args, pool, plan, rope);
-  const PrefillKernel chosen = resolve_prefill_kernel(args, plan, rope, scratch.rotated_k_elems);
+  const DType kv_dtype = pool.dtype();
+  const bool fp8 = kv_dtype == DType::kFloat8E4M3;
+  if (fp8) {
+    p.k_scale = pool.k_scales(args.layer);
+    p.v_scale = pool.v_scales(args.layer);
+  }
+  const PrefillKernel chosen = resolve_prefill_kernel(args, plan, rope, kv_dtype, scratch.tiles_elems);
   const bool wgmma = chosen == PrefillKernel::kWgmmaWs;
   int splits = args.kv_splits;
   if (splits == 0)
     splits = scratch.max_splits > 1
-                 ? std::min(prefill_auto_splits(args, plan, rope), scratch.max_splits)
+                 ? std::min(prefill_auto_splits(args, plan, rope, kv_dtype), scratch.max_splits)
                  : 1;
   const std::int64_t out_rows = static_cast<std::int64_t>(pv.num_queries) * ap.num_qo_heads;
   if (splits > 1) {
@@ -232,19 +258,28 @@ inline void prefill(const PrefillArgs& args, const DevicePool& pool, const Devic
         };
         bool launched = false;
         if constexpr (detail::wgmma_prefill_head_dim(D)) {
-          // The attention kernel overlaps the raw-key pass's end (programmatic dependent
-          // launch: its prologue runs while the pass drains; its loader waits for the pass).
-          const bool after_pass = wgmma && prefill_rotated_k_elems(args, plan) > 0;
+          // The attention kernel overlaps the pass's end (programmatic dependent launch: its
+          // prologue runs while the pass drains; its loader waits for the pass).
+          const std::int64_t tile_elems = wgmma ? prefill_tile_elems(args, plan, kv_dtype) : 0;
+          const bool after_pass = tile_elems > 0;
           if (after_pass) {
-            // The raw-form K tiles rotated once for every query tile (prefill/raw_keys.cuh).
-            p.rotated_k = scratch.rotated_k;
-            // No shared memory; the largest carveout (prepare_kernel) as the attention kernel
-            // overlapping it asks for, so an SM need not change its split between the two.
-            prepare_kernel(detail::rotate_raw_tiles_kernel<T, D>, 0);
-            dim3 grid(static_cast<unsigned>(sv.num_tiles),
-                      static_cast<unsigned>(detail::kTileKeys / detail::kRawPassRows<D>));
-            detail::rotate_raw_tiles_kernel<T, D><<<grid, detail::kRawPassThreads, 0, stream>>>(p);
-            LAZYATTN_CUDA_CHECK_LAUNCH();
+            p.tile_k = scratch.tiles;
+            if (fp8) p.tile_v = static_cast<std::uint16_t*>(scratch.tiles) + tile_elems / 2;
+            auto launch_pass = [&](auto kernel) {
+              // No shared memory; the largest carveout (prepare_kernel) as the attention kernel
+              // overlapping it asks for, so an SM need not change its split between the two.
+              prepare_kernel(kernel, 0);
+              dim3 grid(static_cast<unsigned>(sv.num_tiles),
+                        static_cast<unsigned>(detail::kTileKeys / detail::kRawPassRows<D>));
+              kernel<<<grid, detail::kRawPassThreads, 0, stream>>>(p);
+              LAZYATTN_CUDA_CHECK_LAUNCH();
+            };
+            // fp8: every tile dequantized, raw K rotated too (prefill/fp8_tiles.cuh); 16-bit:
+            // the raw-form K tiles rotated once for every query tile (prefill/raw_keys.cuh).
+            if (!fp8) launch_pass(detail::rotate_raw_tiles_kernel<T, D>);
+            else if (args.rope && plan.has_raw_segments())
+              launch_pass(detail::dequantize_tiles_kernel<T, D, true>);
+            else launch_pass(detail::dequantize_tiles_kernel<T, D, false>);
           }
           if (wgmma) {
             constexpr int smem = detail::WgmmaPrefillShape<D>::kSmemBytes;
@@ -269,15 +304,24 @@ inline void prefill(const PrefillArgs& args, const DevicePool& pool, const Devic
             const bool raw = plan.has_raw_segments();
             const bool one = !raw && plan.single_segment_requests();
             using detail::prefill_wgmma_kernel;
-            auto launch_rope = [&](auto any_layout) {  // the RoPE builds of one query path
+            using detail::KvTiles;
+            // fp8 pools: every tile from the dequantized scratch, raw ones rotated there already.
+            auto launch_rope = [&](auto any_layout, auto kv) {  // the RoPE builds of one query path
               constexpr bool kAny = decltype(any_layout)::value;
-              if (one) launch_wgmma(prefill_wgmma_kernel<T, D, true, true, false, kAny>);
-              else if (raw) launch_wgmma(prefill_wgmma_kernel<T, D, true, false, true, kAny>);
-              else launch_wgmma(prefill_wgmma_kernel<T, D, true, false, false, kAny>);
+              constexpr KvTiles kKv = decltype(kv)::value;
+              constexpr KvTiles kRawKv = kKv == KvTiles::kScratch ? kKv : KvTiles::kRawScratch;
+              if (one) launch_wgmma(prefill_wgmma_kernel<T, D, true, true, kKv, kAny>);
+              else if (raw) launch_wgmma(prefill_wgmma_kernel<T, D, true, false, kRawKv, kAny>);
+              else launch_wgmma(prefill_wgmma_kernel<T, D, true, false, kKv, kAny>);
             };
-            if (!args.rope) launch_wgmma(prefill_wgmma_kernel<T, D, false>);
-            else if (!any) launch_rope(std::false_type{});
-            else if constexpr (D != 256) launch_rope(std::true_type{});  // (any is false at 256)
+            auto launch_kv = [&](auto kv) {
+              constexpr KvTiles kKv = decltype(kv)::value;
+              if (!args.rope) launch_wgmma(prefill_wgmma_kernel<T, D, false, false, kKv>);
+              else if (!any) launch_rope(std::false_type{}, kv);
+              else if constexpr (D != 256) launch_rope(std::true_type{}, kv);  // (any: not 256)
+            };
+            if (fp8) launch_kv(std::integral_constant<KvTiles, KvTiles::kScratch>{});
+            else launch_kv(std::integral_constant<KvTiles, KvTiles::kPages>{});
             launched = true;
           }
         }
@@ -306,9 +350,11 @@ inline void prefill(const PrefillArgs& args, const DevicePool& pool, const Devic
                     const DeviceRope& rope, PrefillWorkspace* ws, cudaStream_t stream = nullptr) {
   PrefillScratch scratch;
   PrefillArgs a = args;  // the split count fixed here, so the launch does not choose it again
+  const DType kv_dtype = pool.dtype();
   if (ws && args.kv_splits != 1 && plan.schedule().num_qtiles > 0) {
     args.params.check("cuda::prefill");
-    const int splits = args.kv_splits > 0 ? args.kv_splits : prefill_auto_splits(args, plan, rope);
+    const int splits =
+        args.kv_splits > 0 ? args.kv_splits : prefill_auto_splits(args, plan, rope, kv_dtype);
     a.kv_splits = splits;
     if (splits > 1) {
       const std::int64_t out_rows =
@@ -321,12 +367,12 @@ inline void prefill(const PrefillArgs& args, const DevicePool& pool, const Devic
     }
   }
   if (ws && plan.schedule().num_qtiles > 0 && args.kernel != PrefillKernel::kMmaSync &&
-      !wgmma_prefill_mismatch(args, plan, rope)) {
-    const std::int64_t rk = prefill_rotated_k_elems(args, plan);
-    if (rk > 0) {
-      ws->rotated_k.reserve(static_cast<std::size_t>(rk));
-      scratch.rotated_k = ws->rotated_k.data();
-      scratch.rotated_k_elems = rk;
+      !wgmma_prefill_mismatch(args, plan, rope, kv_dtype)) {
+    const std::int64_t elems = prefill_tile_elems(args, plan, kv_dtype);
+    if (elems > 0) {
+      ws->tiles.reserve(static_cast<std::size_t>(elems));
+      scratch.tiles = ws->tiles.data();
+      scratch.tiles_elems = elems;
     }
   }
   LAZYATTN_CHECK(ws || args.kv_splits <= 1, "cuda::prefill: kv_splits ", args.kv_splits,
@@ -334,8 +380,8 @@ inline void prefill(const PrefillArgs& args, const DevicePool& pool, const Devic
   prefill(a, pool, plan, rope, scratch, stream);
 }
 
-// Without a workspace: no key-range splits (kv_splits must be 0 or 1), and plans with raw-form
-// segments take the mma.sync kernel (kAuto) for want of rotated-K scratch.
+// Without a workspace: no key-range splits (kv_splits must be 0 or 1), plans with raw-form
+// segments take the mma.sync kernel (kAuto) for want of tile scratch, and fp8 pools are refused.
 inline void prefill(const PrefillArgs& args, const DevicePool& pool, const DevicePlan& plan,
                     const DeviceRope& rope, cudaStream_t stream = nullptr) {
   prefill(args, pool, plan, rope, static_cast<PrefillWorkspace*>(nullptr), stream);

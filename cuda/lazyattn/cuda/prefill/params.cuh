@@ -38,12 +38,23 @@ struct PrefillParams {
   std::int32_t kv_splits = 1;
   float* partial_o = nullptr;    // [kv_splits][num_queries * num_qo_heads][head_dim]
   float* partial_lse = nullptr;  // [kv_splits][num_queries * num_qo_heads], log2 units
-  // The Hopper kernel's raw-form K tiles rotated to local form, [tile][kv head][64][head_dim]
-  // (prefill/raw_keys.cuh); null where the plan has none.
-  void* rotated_k = nullptr;
+  // The Hopper kernel's tile scratch, [tile][kv head][64][head_dim] 16-bit elements each, written
+  // by a pass before it: tile_k holds raw-form K tiles rotated to local form
+  // (prefill/raw_keys.cuh), or over fp8 pools every K tile dequantized (and rotated where raw) and
+  // tile_v every V tile dequantized (prefill/fp8_tiles.cuh); null where the kernel reads pages.
+  void* tile_k = nullptr;
+  void* tile_v = nullptr;
+  // fp8 pools: this layer's K and V scales, [num_kv_heads]; null for 16-bit pools.
+  const float* k_scale = nullptr;
+  const float* v_scale = nullptr;
 };
 
 namespace detail {
+
+// Where the Hopper kernel's loading warpgroup reads a K/V tile: from the pool's pages; raw-form
+// tiles' K from tile_k (rotated by the raw-key pass), the rest from pages; or every tile's K and V
+// from tile_k and tile_v (fp8 pools, dequantized by their pass).
+enum class KvTiles : int { kPages, kRawScratch, kScratch };
 
 inline constexpr int kPrefillRows = kPrefillRowsPerQtile;  // = kPrefillTileRows (support.hpp)
 

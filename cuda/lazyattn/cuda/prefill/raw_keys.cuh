@@ -36,9 +36,9 @@ __device__ __forceinline__ int request_of_tile(const PrefillParams& p, int tile)
   return lo;
 }
 
-// Element offset of (tile, kv head, row 0) in the rotated-K scratch.
-__device__ __forceinline__ std::int64_t rotated_k_tile(const PrefillParams& p, int tile,
-                                                       int kv_head, int head_dim) {
+// Element offset of (tile, kv head, row 0) in a tile scratch (PrefillParams::tile_k, tile_v).
+__device__ __forceinline__ std::int64_t scratch_tile(const PrefillParams& p, int tile, int kv_head,
+                                                     int head_dim) {
   const int num_kv_heads = p.num_qo_heads / p.group_size;
   return (static_cast<std::int64_t>(tile) * num_kv_heads + kv_head) * kTileKeys * head_dim;
 }
@@ -86,7 +86,7 @@ __global__ void __launch_bounds__(kRawPassThreads)
   const int items = interleaved ? kChunks : kChunks - half_chunks;
   const int rows = min(kRows, ti.rows - row0);
   // Head 0's scratch tile; head h's is h x kTileKeys x D elements on.
-  T* const out_tile = static_cast<T*>(p.rotated_k) + rotated_k_tile(p, tile, 0, D);
+  T* const out_tile = static_cast<T*>(p.tile_k) + scratch_tile(p, tile, 0, D);
   constexpr std::int64_t kOutHead = static_cast<std::int64_t>(kTileKeys) * D;
   for (int i = tid; i < rows * items; i += kRawPassThreads) {
     const int r = row0 + i / items, u = i % items, key = ti.key0 + r;

@@ -20,14 +20,16 @@ namespace lazyattn::cuda::detail {
 // Tiles [tile_begin, tile_end) of KV head kv_head into `stages` ([S][K, V][kTileKeys][D], the
 // blocked layout), by loading thread ltid of 128 (lane ltid % 32); the mbarriers full[stage] and
 // empty[stage] are the 8-byte words at bars + 8 stage and bars + 8 (S + stage).
-//  - kRawTiles: raw-form tiles' K comes from the raw-key pass's scratch (prefill/raw_keys.cuh),
-//    read after that grid has completed (the launch may overlap it).
+//  - kKv (KvTiles): kRawScratch, raw-form tiles' K comes from the raw-key pass's scratch
+//    (prefill/raw_keys.cuh); kScratch, every tile's K and V from the fp8 pass's
+//    (prefill/fp8_tiles.cuh); either read after that grid has completed (the launch may overlap
+//    it).
 //  - The hand-over: until the computing warps' prologue has read them, stages 2 and 3 hold its
 //    raw query and tables (kStagesShared), so the warpgroup passes the prologue's CTA barriers
 //    with them before its third tile: the one after the tables' inputs (kTablesBarrier: the
 //    builds over segments with RoPE), the one after the raw query landed, and the one that
 //    lets it write stages 2 and 3.
-template <class T, int D, int S, bool kRawTiles, bool kStagesShared, bool kTablesBarrier>
+template <class T, int D, int S, KvTiles kKv, bool kStagesShared, bool kTablesBarrier>
 __device__ __forceinline__ void wgmma_load_kv(const PrefillParams& p, T* stages, std::uint32_t bars,
                                               int ltid, int lane, int tile_begin, int tile_end,
                                               int kv_head) {
@@ -50,10 +52,10 @@ __device__ __forceinline__ void wgmma_load_kv(const PrefillParams& p, T* stages,
   const int at_row_in = blocked_swizzle<D, kTileKeys>(row_in, chunk);
   const int slot_mask = (1 << p.page_size_log2) - 1;
   prefetch_tile_records(p.sched.tiles, tile_begin, tile_end, ltid, 128);
-  // Raw tiles: the launch may overlap the raw-key pass before it (programmatic dependent
-  // launch), so the scratch it writes is read after that grid has completed. Everything else
-  // this kernel reads was written before the pass began.
-  if constexpr (kRawTiles) ptx::grid_dependency_wait();
+  // Scratch tiles: the launch may overlap the pass before it (programmatic dependent launch), so
+  // the scratch it writes is read after that grid has completed. Everything else this kernel
+  // reads was written before the pass began.
+  if constexpr (kKv != KvTiles::kPages) ptx::grid_dependency_wait();
   // The hand-over: this warpgroup also passes the computing warps' prologue barriers (the
   // tables' inputs stored; the raw query landed), CTA barriers, then the one that lets it
   // write stages 2 and 3. With the first two over the computing warps alone (named
@@ -71,6 +73,28 @@ __device__ __forceinline__ void wgmma_load_kv(const PrefillParams& p, T* stages,
     if (kStagesShared && it == 2) hand_over();
     if (it >= S) ptx::mbarrier_wait(empty_bar(stage), static_cast<std::uint32_t>((it / S - 1) & 1));
     const TileInfo ti = p.sched.tiles[tile];
+    T* ks = stages + stage * 2 * kTileKeys * D;
+    T* vs = ks + kTileKeys * D;
+    if constexpr (kKv == KvTiles::kScratch) {
+      // Contiguous rows of the scratch, no page table: row row_in + kPass i, chunk `chunk`.
+      const std::int64_t at0 = scratch_tile(p, tile, kv_head, D) + row_in * D + chunk * 8;
+      const T* k_rows = static_cast<const T*>(p.tile_k) + at0;
+      const T* v_rows = static_cast<const T*>(p.tile_v) + at0;
+      const int left = ti.rows - row_in;
+#pragma unroll
+      for (int i = 0; i < kTileKeys / kPass; ++i) {
+        const bool valid = kPass * i < left;  // past the tile's rows: 0 bytes read, zeros
+#pragma unroll
+        for (int sub = 0; sub < kSub; ++sub) {
+          const int at = at_row_in + blocked_swizzle<D, kTileKeys>(kPass * i, 0) + sub * kSubAt;
+          const int from = kPass * i * D + sub * kSubElems;
+          ptx::cp_async_16(ptx::smem_addr(ks + at), k_rows + from, valid);
+          ptx::cp_async_16(ptx::smem_addr(vs + at), v_rows + from, valid);
+        }
+      }
+      ptx::cp_async_mbarrier_arrive_noinc(full_bar(stage));
+      continue;
+    }
     // TileStream::issue's gather without its page id per row (8 registers the loader does
     // not have): the tile's pages (key0 is a multiple of 64, so at most 64 / page_size of
     // them), lane j reading page j, the rows taking theirs by shuffle. Written here, not as
@@ -78,8 +102,6 @@ __device__ __forceinline__ void wgmma_load_kv(const PrefillParams& p, T* stages,
     const int first = ti.page_base + (ti.key0 >> p.page_size_log2);
     const int npages = ((ti.rows - 1) >> p.page_size_log2) + 1;
     const int my_page = lane < npages ? p.plan.page_ids[first + lane] : 0;
-    T* ks = stages + stage * 2 * kTileKeys * D;
-    T* vs = ks + kTileKeys * D;
     // Row r = row_in + kPass i, addressed from this tile's key_r = key0 + row_in: with r or
     // row_in + kPass i in the loop, ptxas hoisted the seven row numbers out of it and, with 24
     // registers, spilled lane, at_row_in and a flag (three local loads per tile, RoPE builds).
@@ -90,8 +112,8 @@ __device__ __forceinline__ void wgmma_load_kv(const PrefillParams& p, T* stages,
     // k_rows is its row row_in, chunk `chunk`, or null for a tile read from its pages. (One
     // loop for both kinds, the K address picked per row.)
     [[maybe_unused]] const T* k_rows =
-        kRawTiles && ti.form == static_cast<std::int32_t>(StorageForm::kRaw)
-            ? static_cast<const T*>(p.rotated_k) + rotated_k_tile(p, tile, kv_head, D) +
+        kKv == KvTiles::kRawScratch && ti.form == static_cast<std::int32_t>(StorageForm::kRaw)
+            ? static_cast<const T*>(p.tile_k) + scratch_tile(p, tile, kv_head, D) +
                   row_in * D + chunk * 8
             : nullptr;
 #pragma unroll
@@ -110,7 +132,7 @@ __device__ __forceinline__ void wgmma_load_kv(const PrefillParams& p, T* stages,
       for (int sub = 0; sub < kSub; ++sub) {
         const int at = at_row_in + blocked_swizzle<D, kTileKeys>(kPass * i, 0) + sub * kSubAt;
         const std::int64_t off_s = off + sub * kSubElems;
-        if constexpr (kRawTiles) {
+        if constexpr (kKv == KvTiles::kRawScratch) {
           const T* k_src = k_rows ? k_rows + kPass * i * D + sub * kSubElems : k_head + off_s;
           ptx::cp_async_16(ptx::smem_addr(ks + at), k_src, valid);
         } else {

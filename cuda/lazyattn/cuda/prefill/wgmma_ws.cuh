@@ -8,9 +8,10 @@
 //    cp.async (page-table gather) in the blocked 128-byte-swizzle layout wgmma's descriptors
 //    read, and signals each stage on an mbarrier (full); the computing warps release a stage on
 //    another (empty) once both its wgmmas are done. Raw-form K tiles (keys stored before RoPE,
-//    kRawTiles) come rotated to
-//    R(key0 + row) k, what a local-form page holds, from a pass before the kernel
-//    (prefill/raw_keys.cuh), so the computing warps treat the two forms alike.
+//    KvTiles::kRawScratch) come rotated to R(key0 + row) k, what a local-form page holds, from a
+//    pass before the kernel (prefill/raw_keys.cuh), so the computing warps treat the two forms
+//    alike. Over fp8 pools (KvTiles::kScratch) every K and V tile comes dequantized to 16 bits
+//    (raw K rotated too) from a pass of its own (prefill/fp8_tiles.cuh).
 //  - Query: wgmma's A operand comes from registers. Once per CTA each thread rotates its own
 //    query elements to their absolute positions m (R(m) q, scaled, fp32) into shared memory; a
 //    segment starting at s then needs R(m - s) q = R(-s) (R(m) q): one cos/sin per rotary pair,
@@ -56,12 +57,13 @@ namespace lazyattn::cuda::detail {
 // kD: the head dim (64, 128 or 256). kAnyRotary: interleaved pairs or rotary dims fewer than kD (read
 // at run time); false: the rotate-half layout over all dims, with compile-time tables (its own
 // build: with both paths in one, the local form's tile loop ran 7-12% slower).
-template <class T, int kD, bool kRope, bool kOneSeg = false, bool kRawTiles = false,
+template <class T, int kD, bool kRope, bool kOneSeg = false, KvTiles kKv = KvTiles::kPages,
           bool kAnyRotary = false>
 __global__ void __launch_bounds__(kWgmmaWsThreads, 1)
     prefill_wgmma_kernel(const __grid_constant__ PrefillParams p) {
   static_assert(!kOneSeg || kRope, "the one-segment form rotates its query once");
-  static_assert(!kRawTiles || (kRope && !kOneSeg), "raw tiles: the RoPE build over segments");
+  static_assert(kKv != KvTiles::kRawScratch || (kRope && !kOneSeg),
+                "raw tiles: the RoPE build over segments");
   static_assert(!kAnyRotary || kRope, "other layouts: a RoPE build");
   using Shape = WgmmaPrefillShape<kD>;
   static_assert(!kAnyRotary || !Shape::kQInSmem, "head dim 256 reads the layout in every build");
@@ -73,7 +75,7 @@ __global__ void __launch_bounds__(kWgmmaWsThreads, 1)
   constexpr int kHalf = D / 2;  // the tables' row stride in pairs (rotary_dim <= D)
   // The loading warpgroup's registers: 24 (40 where it picks raw tiles' K from the scratch: at
   // 24 it spilled); the computing warpgroups share the rest of 3 x 168 (240 or 232).
-  constexpr int kLoadRegs = kRawTiles ? 40 : 24;
+  constexpr int kLoadRegs = kKv == KvTiles::kRawScratch ? 40 : 24;
   constexpr int kComputeRegs = (3 * 168 - kLoadRegs) / 2;
   extern __shared__ __align__(1024) unsigned char smem[];
   if ((ptx::smem_addr(smem) & 1023u) != 0) __trap();  // the swizzle keys on address bits
@@ -141,7 +143,7 @@ __global__ void __launch_bounds__(kWgmmaWsThreads, 1)
   __syncthreads();
   if (tid >= kThreads) {
     ptx::setmaxnreg_dec<kLoadRegs>();
-    wgmma_load_kv<T, D, S, kRawTiles, !kQSmem, kRope && !kOneSeg>(
+    wgmma_load_kv<T, D, S, kKv, !kQSmem, kRope && !kOneSeg>(
         p, reinterpret_cast<T*>(smem + Shape::kStages), ws_bars, tid - kThreads, lane,
         tile_begin, tile_end, kv_head);
     return;
