@@ -1,8 +1,8 @@
 // [cuda] fp8 (e4m3) pools on the device: the decode over local-form (and absolute) pages of fp8
 // codes against the float64 reference over the same dequantized values, with the error rule's
 // bar set by the eager baseline in 16 bits over those values; page writes that quantize on the
-// way in; and the calls that do not take fp8 pools yet, refused by name (the prefill's:
-// test_fp8_prefill.cu).
+// way in; the eager baseline's re-encoding copy re-quantizing K; and the calls that do not take
+// fp8 pools yet, refused by name (the prefill's: test_fp8_prefill.cu).
 #include "support/catch.hpp"
 
 #include <algorithm>
@@ -175,6 +175,87 @@ TEST_CASE("write_tokens into an fp8 pool quantizes K after its rotation, and V",
     cuda::copy_tokens(w.pool, 0, DType::kBFloat16, dbig.data(), dbig.data(), 1, w.page.data(),
                       w.slot.data());
     CHECK(w.pool.fp8_saturated() == 2);  // K and V
+  }
+}
+
+TEST_CASE("DeviceReencode over fp8 pools re-quantizes K after its rotation and copies V's codes",
+          "[cuda][fp8]") {
+  for (StorageForm form : {StorageForm::kLocal, StorageForm::kRaw}) {
+    INFO("documents in " << (form == StorageForm::kRaw ? "raw" : "local") << " form");
+    ScenarioSpec s = fp8_decode_spec(17);
+    s.dtype = DType::kFloat8E4M3;
+    s.doc_form = s.tail_form = form;
+    const test::ref::Scenario sc = test::ref::make_scenario(s);
+    const Plan& plan = sc.plan;
+    const KvStoreConfig cfg = gpu::with_spare_pages(sc.store->config(), plan);
+    cuda::DevicePool pool(cfg);
+    std::vector<std::int32_t> all(static_cast<std::size_t>(sc.store->config().num_pages));
+    std::iota(all.begin(), all.end(), 0);
+    pool.upload_pages(*sc.store, all);
+    cuda::DeviceRope rope(sc.rope);
+    rope.prepare(plan);
+    // Every segment copied into fresh pages past the store's, as the eager baseline does.
+    cuda::ReencodeJob job;
+    std::vector<std::int32_t> dst_all;
+    std::int32_t next = static_cast<std::int32_t>(sc.store->config().num_pages);
+    for (std::int32_t g = 0; g < plan.num_segments(); ++g) {
+      const std::int32_t n = plan.segment_page_indptr[g + 1] - plan.segment_page_indptr[g];
+      std::vector<std::int32_t> dst(static_cast<std::size_t>(n));
+      std::iota(dst.begin(), dst.end(), next);
+      next += n;
+      dst_all.insert(dst_all.end(), dst.begin(), dst.end());
+      job.add(std::span<const std::int32_t>(plan.page_ids.data() + plan.segment_page_indptr[g],
+                                            static_cast<std::size_t>(n)),
+              dst, plan.segment_length[g], plan.segment_start[g],
+              static_cast<StorageForm>(plan.segment_form[g]));
+    }
+    cuda::DeviceReencode re;
+    re.upload(job);
+    re.run(pool, s.layer, rope);
+    KvStore host(cfg);
+    pool.download_pages(host, dst_all);
+    // The expected codes, from the source codes: K dequantized, rotated in double (R(start) on a
+    // local-form key, R(start + i) on a raw one), quantized with the same scale; V's as stored.
+    const int H = cfg.num_kv_heads, D = cfg.head_dim, P = cfg.page_size;
+    auto at = [&](std::int32_t page, int h, std::int64_t slot) {
+      const std::int64_t head = (std::int64_t{s.layer} * cfg.num_pages + page) * H + h;
+      return static_cast<std::size_t>(head * P * D + slot * D);
+    };
+    const auto* src_k = reinterpret_cast<const float8_e4m3*>(sc.store->k_bytes());
+    const auto* src_v = reinterpret_cast<const float8_e4m3*>(sc.store->v_bytes());
+    const auto* got_k = reinterpret_cast<const float8_e4m3*>(host.k_bytes());
+    const auto* got_v = reinterpret_cast<const float8_e4m3*>(host.v_bytes());
+    std::int64_t checked = 0, exact = 0, off_by_more = 0, v_differ = 0;
+    for (std::int32_t g = 0; g < job.num_segments(); ++g) {
+      const bool raw = job.seg_form[g] == static_cast<std::uint8_t>(StorageForm::kRaw);
+      for (std::int32_t i = 0; i < job.seg_length[g]; ++i) {
+        const std::int32_t sp = job.src_pages[job.seg_src_begin[g] + i / P];
+        const std::int32_t dp = job.dst_pages[job.seg_dst_begin[g] + i / P];
+        for (int h = 0; h < H; ++h) {
+          const float scale = cfg.k_scale[static_cast<std::size_t>(s.layer * H + h)];
+          std::vector<double> k(static_cast<std::size_t>(D));
+          for (int d = 0; d < D; ++d) k[d] = to_float(src_k[at(sp, h, i % P) + d]) * double{scale};
+          lazyattn::rope::rotate(sc.rope.base_frequencies(), job.seg_start[g] + (raw ? i : 0),
+                                 std::span<double>(k));
+          for (int d = 0; d < D; ++d) {
+            // (saturating at +-448, as the device's conversion does)
+            const double q = std::clamp(k[d] / scale, -448.0, 448.0);
+            const float want = to_float(from_float<float8_e4m3>(static_cast<float>(q)));
+            const float got = to_float(got_k[at(dp, h, i % P) + d]);
+            ++checked;
+            exact += got == want ? 1 : 0;
+            // One e4m3 step at most (the device's fp32 angles against double), 2^-3 relative.
+            off_by_more += std::fabs(got - want) <= std::fabs(want) * 0x1p-3f + 0x1p-9f ? 0 : 1;
+            v_differ += got_v[at(dp, h, i % P) + d].bits == src_v[at(sp, h, i % P) + d].bits ? 0 : 1;
+          }
+        }
+      }
+    }
+    INFO(exact << " of " << checked << " K codes exact");
+    REQUIRE(checked > 0);
+    CHECK(off_by_more == 0);
+    CHECK(exact >= checked * 99 / 100);
+    CHECK(v_differ == 0);
   }
 }
 

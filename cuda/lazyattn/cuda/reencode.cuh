@@ -1,6 +1,8 @@
 // The eager baseline (Block-Attention style): copy documents' K into private pages rotated at the
 // logical positions of one request, V alongside; and queries rotated at their positions. With
 // these, the RoPE-off decode computes what deferred RoPE computes, at the price of the copies.
+// Over fp8 pools the copy re-quantizes K after its rotation with the same scale (V's codes are
+// copied as they are), as Block-Attention over fp8 pages would.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -11,6 +13,7 @@
 #include "lazyattn/cuda/common.cuh"
 #include "lazyattn/cuda/device_pool.cuh"
 #include "lazyattn/cuda/device_rope.cuh"
+#include "lazyattn/cuda/page_write.cuh"
 #include "lazyattn/cuda/ptx.cuh"
 #include "lazyattn/cuda/rope.cuh"
 #include "lazyattn/kv/plan.hpp"
@@ -60,10 +63,25 @@ struct ReencodeParams {
   std::int32_t num_kv_heads;
   std::int32_t head_dim;
   std::int32_t page_size_log2;
+  // fp8 pools: this layer's K scales [num_kv_heads] and the pool's saturation counter (a rotated
+  // pair's element can pass 448 x scale where the stored one did not).
+  const float* k_scale = nullptr;
+  unsigned long long* saturated = nullptr;
 };
+
+// A pool element as a float: fp8, its code times `scale`; else the value.
+template <class T>
+__device__ __forceinline__ float from_pool(T x, float scale) {
+  if constexpr (std::is_same_v<T, __nv_fp8_storage_t>) {
+    return __half2float(__half(__nv_cvt_fp8_to_halfraw(x, __NV_E4M3))) * scale;
+  } else {
+    return ptx::to_f32(x);
+  }
+}
 
 template <class T>
 __global__ void reencode_kernel(const __grid_constant__ ReencodeParams p) {
+  constexpr bool kFp8 = std::is_same_v<T, __nv_fp8_storage_t>;
   extern __shared__ float2 cs[];  // [kReencodeTokens][rotary_dim / 2]
   const int seg = blockIdx.y;
   const int tok0 = blockIdx.x * kReencodeTokens;
@@ -96,8 +114,9 @@ __global__ void reencode_kernel(const __grid_constant__ ReencodeParams p) {
     }
     const RotaryPair rp = rotary_pair(d, half, p.rope.interleaved);
     const float2 c = cs[t * half + rp.j];
-    const float x = ptx::to_f32(kp[src + d]), y = ptx::to_f32(kp[src + rp.partner]);
-    kp[dst + d] = ptx::from_f32<T>(rotate_element(x, y, c, rp.first));
+    const float ks = kFp8 ? p.k_scale[h] : 1.0f;
+    const float x = from_pool(kp[src + d], ks), y = from_pool(kp[src + rp.partner], ks);
+    kp[dst + d] = to_pool<T>(rotate_element(x, y, c, rp.first), ks, p.saturated);
   }
 }
 
@@ -167,12 +186,15 @@ class DeviceReencode {
     LAZYATTN_CUDA_CHECK(cudaStreamSynchronize(stream));  // the host vectors may go away
   }
 
-  // Runs the copy for one layer.
+  // Runs the copy for one layer. fp8 pools: K re-quantized after its rotation with its KV head's
+  // scale, values past e4m3's range saturated and counted (DevicePool::fp8_saturated).
   void run(DevicePool& pool, int layer, const DeviceRope& rope, cudaStream_t stream = nullptr) const {
-    rope.policy().check_form(StorageForm::kLocal, "cuda::DeviceReencode::run");
-    LAZYATTN_CHECK(pool.dtype() != DType::kFloat8E4M3,
-                   "cuda::DeviceReencode::run: a float8_e4m3 pool: the re-encoding copy does not "
-                   "re-quantize yet, expected a bfloat16 or float16 pool");
+    const char* w = "cuda::DeviceReencode::run";
+    rope.policy().check_form(StorageForm::kLocal, w);
+    const bool fp8 = pool.dtype() == DType::kFloat8E4M3;
+    LAZYATTN_CHECK(!fp8 || pool.saturation_counter(), w,
+                   ": a float8_e4m3 pool without a saturation counter, expected one (DevicePool "
+                   "over external pools: its `saturated`)");
     if (num_segments_ == 0 || max_length_ == 0) return;
     const PoolGeometry& geo = pool.geometry();
     int log2_page = 0;
@@ -185,6 +207,13 @@ class DeviceReencode {
     dim3 grid((max_length_ + detail::kReencodeTokens - 1) / detail::kReencodeTokens,
               static_cast<unsigned>(num_segments_));
     std::size_t smem = detail::kReencodeTokens * (rope.view().rotary_dim / 2) * sizeof(float2);
+    if (fp8) {
+      p.k_scale = pool.k_scales(layer);
+      p.saturated = pool.saturation_counter();
+      detail::reencode_kernel<__nv_fp8_storage_t><<<grid, 256, smem, stream>>>(p);
+      LAZYATTN_CUDA_CHECK_LAUNCH();
+      return;
+    }
     dispatch_dtype(pool.dtype(), [&](auto tag) {
       using T = device_type_t<decltype(tag)>;
       detail::reencode_kernel<T><<<grid, 256, smem, stream>>>(p);
