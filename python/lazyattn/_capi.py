@@ -8,7 +8,7 @@ import ctypes
 import glob
 import os
 
-ABI_VERSION = 5
+ABI_VERSION = 6
 
 OK = 0
 ERROR_INVALID_ARGUMENT = 1
@@ -124,6 +124,9 @@ def _declare(h):
     pi32, pi64, pu64, pvp = c.POINTER(i32), c.POINTER(i64), c.POINTER(u64), c.POINTER(vp)
     pdbl, pf32 = c.POINTER(dbl), c.POINTER(c.c_float)
     launch = [vp, i32, vp, vp, vp, vp, i32, dbl, i32, vp, vp, vp, vp]
+    # Device pointers are void* here, as in `launch`: (plan, layer, k_pool, v_pool, scales,
+    # plan_device, workspace, num_qo_heads, softmax_scale, flags, q_dtype, q, o, maybe_lse, stream).
+    launch_fp8 = [vp, i32, vp, vp, vp, vp, vp, i32, dbl, i32, i32, vp, vp, vp, vp]
     protos = {
         "lazyattn_abi_version": (c.c_int, []),
         "lazyattn_pool_create": (c.c_int, [i32, i32, i32, i32, i32, i64, i32, pvp]),
@@ -166,8 +169,8 @@ def _declare(h):
         "lazyattn_plan_valid": (c.c_int, [vp, pi32]),
         "lazyattn_prefill": (c.c_int, launch),
         "lazyattn_decode": (c.c_int, launch),
-        "lazyattn_decode_fp8": (c.c_int, [vp, i32, vp, vp, vp, vp, vp, i32, dbl, i32, i32, vp,
-                                          vp, vp, vp]),
+        "lazyattn_prefill_fp8": (c.c_int, launch_fp8),
+        "lazyattn_decode_fp8": (c.c_int, launch_fp8),
     }
     for name, (res, args) in protos.items():
         fn = getattr(h, name)

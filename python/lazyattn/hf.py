@@ -17,6 +17,11 @@ prefilled with lazyattn's prefill, every new token decoded with lazyattn's decod
 Block-Attention semantics: each document sees only itself, the question sees every document at
 its logical positions. transformers' rotation carries the schedule's attention factor (YaRN) on
 q and k, and the kernels are told so (inputs_scaled).
+
+An fp8 cache: DocumentStore(model, num_pages, dtype=torch.float8_e4m3fn, k_scale=..., v_scale=...)
+stores every K/V the model writes (documents, questions, generated tokens) as e4m3(x / scale),
+one scale per layer and KV head; the model's bfloat16 or float16 queries attend over the
+dequantized values, and store.fp8_saturated() counts the values that saturated.
 """
 import contextvars
 import hashlib
@@ -300,9 +305,13 @@ class DocumentStore:
     """lazyattn's pool for one transformers model (its layers, KV heads, head dim, dtype and
     RoPE schedule), with documents keyed by their token ids and the model's config. Sets the
     model's attention implementation to "lazyattn". `eviction`: the pool's policy ("lru" or
-    "segmented_lru", lazyattn.Pool)."""
+    "segmented_lru", lazyattn.Pool). `dtype`: the cache's (the pool's) element type, the
+    model's by default; torch.float8_e4m3fn makes an fp8 cache with `k_scale` and `v_scale`
+    (a float for every layer and KV head, or [num_hidden_layers, num_key_value_heads]; default
+    1) under a bfloat16 or float16 model (lazyattn.Pool)."""
 
-    def __init__(self, model, num_pages, page_size=16, device=None, dtype=None, eviction="lru"):
+    def __init__(self, model, num_pages, page_size=16, device=None, dtype=None, eviction="lru",
+                 k_scale=None, v_scale=None):
         config = _text_config(model.config)
         self.model, self.config = model, config
         layer_types = getattr(config, "layer_types", None) or []
@@ -317,14 +326,23 @@ class DocumentStore:
         head_dim = getattr(config, "head_dim", None) or config.hidden_size // self.num_qo_heads
         param = next(model.parameters())
         device = device if device is not None else param.device
+        if dtype == torch.float8_e4m3fn and param.dtype not in (torch.bfloat16, torch.float16):
+            raise ValueError("lazyattn.hf.DocumentStore: an fp8 cache under a %s model, expected "
+                             "a torch.bfloat16 or torch.float16 model (its queries and the K/V "
+                             "the cache quantizes)" % param.dtype)
         self.rope = Rope(config, device=device)
         if self.rope.depends_on_length:
             raise ValueError("lazyattn.hf.DocumentStore: the config's RoPE schedule depends on "
                              "the request length (dynamic, longrope), expected one that does not: "
                              "documents are stored rotated by the model (local form)")
-        self.pool = Pool(config.num_hidden_layers, num_kv_heads, head_dim, num_pages,
-                              page_size=page_size, dtype=dtype or param.dtype, device=device,
-                              rope=self.rope, eviction=eviction)
+        try:
+            self.pool = Pool(config.num_hidden_layers, num_kv_heads, head_dim, num_pages,
+                             page_size=page_size, dtype=dtype or param.dtype, device=device,
+                             rope=self.rope, eviction=eviction, k_scale=k_scale,
+                             v_scale=v_scale)
+        except BaseException:
+            self.rope.close()
+            raise
         self.fingerprint = _fingerprint(config)
         model.set_attn_implementation(NAME)
         if model.config._attn_implementation != NAME:
@@ -380,6 +398,10 @@ class DocumentStore:
 
     def stats(self):
         return self.pool.stats()
+
+    def fp8_saturated(self, reset=False):
+        """An fp8 cache's saturated values so far (lazyattn.Pool.fp8_saturated; 0 otherwise)."""
+        return self.pool.fp8_saturated(reset)
 
     def close(self):
         self.pool.close()

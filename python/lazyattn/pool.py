@@ -2,7 +2,8 @@
 and prefill / decode on torch tensors and torch's current stream).
 
 The device memory is torch's: a Pool's K and V are tensors [num_layers, num_pages, num_kv_heads,
-page_size, head_dim], a Plan's packed page tables and its split-KV workspace are tensors too. The
+page_size, head_dim] (bfloat16, float16, or float8_e4m3fn with per-layer, per-KV-head scales and
+a saturation counter), a Plan's packed page tables and its split-KV workspace are tensors too. The
 C library (liblazyattn_c.so, through ctypes) keeps the bookkeeping on the host (content keys and
 dedupe, pins, LRU eviction under the page budget, stale-handle detection, statistics) and
 launches the kernels on pointers it is given. The kernels run through the operators of
@@ -13,13 +14,16 @@ import uuid
 
 import torch
 
-from . import _capi, ops
+from . import _capi, _scales, ops
 from ._capi import LazyAttnValueError
 from ._owned import _Owned, _device_index, _form
 from .layout import Document, Tail
 from .plan import Destinations, Plan
 
 _DTYPES = {torch.float16: _capi.DTYPE_FLOAT16, torch.bfloat16: _capi.DTYPE_BFLOAT16}
+FP8 = torch.float8_e4m3fn
+# What an fp8 pool's writes, queries and outputs take (chosen per call).
+_FP8_INPUTS = (torch.bfloat16, torch.float16)
 
 
 class Pool(_Owned):
@@ -28,44 +32,104 @@ class Pool(_Owned):
     content and deduplicated, pins, eviction of unpinned documents when the num_pages budget
     runs out, tails, stale-handle detection. `rope` is the default for writes and plans.
     `eviction`: "lru" (the least recently used document goes first) or "segmented_lru" (a
-    document asked for again is protected from the ones used once; capi/lazyattn_c.h)."""
+    document asked for again is protected from the ones used once; capi/lazyattn_c.h).
+
+    dtype torch.float8_e4m3fn: an fp8 pool. K and V are stored as e4m3(x / scale) with one scale
+    per layer and KV head, `k_scale` and `v_scale` (each a float for all, or [num_layers,
+    num_kv_heads]; default 1; finite and positive); writes take bfloat16 or float16 tokens and
+    quantize them, prefill and decode take bfloat16 or float16 queries and return outputs of
+    their dtype. `scales` is the scales' device copy, float32 [2, num_layers, num_kv_heads] (K's,
+    then V's); fp8_saturated() reads how many written values saturated."""
 
     _DESTROY = "pool_destroy"
 
     def __init__(self, num_layers, num_kv_heads, head_dim, num_pages, page_size=16,
-                 dtype=torch.bfloat16, device=None, rope=None, eviction="lru"):
-        if dtype not in _DTYPES:
-            raise ValueError("lazyattn.Pool: dtype %s, expected torch.bfloat16 or torch.float16"
-                             % dtype)
+                 dtype=torch.bfloat16, device=None, rope=None, eviction="lru", k_scale=None,
+                 v_scale=None):
+        where = "lazyattn.Pool"
+        fp8 = dtype == FP8
+        if dtype not in _DTYPES and not fp8:
+            raise ValueError("%s: dtype %s, expected torch.bfloat16, torch.float16 or "
+                             "torch.float8_e4m3fn" % (where, dtype))
         if not isinstance(eviction, str) or eviction not in _capi.EVICTIONS:
             raise ValueError("lazyattn.Pool: eviction %r, expected one of %s"
                              % (eviction, ", ".join(map(repr, _capi.EVICTIONS))))
+        if not fp8 and (k_scale is not None or v_scale is not None):
+            raise ValueError("%s: %s given for a %s pool, expected scales only with "
+                             "dtype=torch.float8_e4m3fn" % (
+                                 where, "k_scale" if k_scale is not None else "v_scale", dtype))
+        if fp8:
+            # Checked here, before the library is called, so a bad one is named with its layer
+            # and KV head and nothing is created.
+            ks = _scales.per_head(where, "k_scale", k_scale, int(num_layers), int(num_kv_heads))
+            vs = _scales.per_head(where, "v_scale", v_scale, int(num_layers), int(num_kv_heads))
         self.eviction = eviction
         self.num_layers, self.num_kv_heads, self.head_dim = num_layers, num_kv_heads, head_dim
         self.page_size, self.dtype, self.num_pages = page_size, dtype, num_pages
+        self.is_fp8 = fp8
         self.device = _device_index(device)
         self.device_obj = torch.device("cuda", self.device)
         self.rope = rope
+        self.scales = self.saturated = self.k_scale = self.v_scale = None
         self._h = None
         h = ctypes.c_void_p()
-        _capi.call("pool_create_with_eviction", int(num_layers), int(num_kv_heads),
-                   int(head_dim), int(page_size), _DTYPES[dtype], int(num_pages), self.device,
-                   _capi.EVICTIONS[eviction], ctypes.byref(h))
+        if fp8:
+            floats = ctypes.c_float * len(ks)
+            _capi.call("pool_create_fp8", int(num_layers), int(num_kv_heads), int(head_dim),
+                       int(page_size), int(num_pages), self.device, _capi.EVICTIONS[eviction],
+                       floats(*ks), floats(*vs), ctypes.byref(h))
+        else:
+            _capi.call("pool_create_with_eviction", int(num_layers), int(num_kv_heads),
+                       int(head_dim), int(page_size), _DTYPES[dtype], int(num_pages),
+                       self.device, _capi.EVICTIONS[eviction], ctypes.byref(h))
         self._h, self._open = h, True
         shape = (num_layers, num_pages, num_kv_heads, page_size, head_dim)
-        # Zero-filled: slots no token has been written to hold zeros, not garbage.
-        self.k = torch.zeros(shape, dtype=dtype, device=self.device_obj)
-        self.v = torch.zeros(shape, dtype=dtype, device=self.device_obj)
+        # Zero-filled: slots no token has been written to hold zeros, not garbage. (An fp8 pool's
+        # zeros are allocated as bytes: code 0 is +0.)
+        if fp8:
+            self.k = torch.zeros(shape, dtype=torch.uint8, device=self.device_obj).view(FP8)
+            self.v = torch.zeros(shape, dtype=torch.uint8, device=self.device_obj).view(FP8)
+            # The library's copy of the scales (what its kernels are meant to read), to the device.
+            n = 2 * len(ks)
+            got = (ctypes.c_float * n)()
+            _capi.call("pool_scales", h, got, n)
+            host = torch.tensor(list(got), dtype=torch.float32).view(2, num_layers, num_kv_heads)
+            self.k_scale, self.v_scale = host[0], host[1]
+            self.scales = host.to(self.device_obj)
+            # lazyattn_write_fp8's counter (a uint64 there; int64 bytes here).
+            self.saturated = torch.zeros(1, dtype=torch.int64, device=self.device_obj)
+        else:
+            self.k = torch.zeros(shape, dtype=dtype, device=self.device_obj)
+            self.v = torch.zeros(shape, dtype=dtype, device=self.device_obj)
 
     def close(self):
         """Frees the bookkeeping and drops the K/V tensors; the pool's plans stop working."""
         super().close()
-        self.k = self.v = None
+        self.k = self.v = self.scales = self.saturated = None
+
+    def fp8_saturated(self, reset=False):
+        """How many values the fp8 pool's writes saturated since it was made (or last reset):
+        those whose |x / scale| reached 464, stored as +-448 (raise the scale of their layer and
+        KV head). Waits for the writes queued on torch's current stream (a host
+        synchronisation). 0 for a 16-bit pool."""
+        self._check_open("lazyattn.Pool.fp8_saturated")
+        if self.saturated is None:
+            return 0
+        n = int(self.saturated.item())
+        if reset:
+            self.saturated.zero_()
+        return n
 
     def __repr__(self):
         return "lazyattn.Pool(layers=%d, kv_heads=%d, head_dim=%d, pages=%d x %d, %s, %s)" % (
             self.num_layers, self.num_kv_heads, self.head_dim, self.num_pages, self.page_size,
             self.dtype, self.eviction)
+
+    @property
+    def input_dtypes(self):
+        """The dtypes the pool's writes and kernels take: its own, or an fp8 pool's bfloat16
+        and float16."""
+        return _FP8_INPUTS if self.is_fp8 else (self.dtype,)
 
     def stats(self):
         s = _capi.PoolStats()
@@ -86,16 +150,19 @@ class Pool(_Owned):
 
     # ---- tensors -----------------------------------------------------------------------------
 
-    def _tensor(self, where, name, x, dtype=None):
+    def _tensor(self, where, name, x):
+        """x: a contiguous tensor on the pool's device of one of input_dtypes."""
         if not isinstance(x, torch.Tensor):
             raise TypeError("%s: %s of type %s, expected a torch.Tensor"
                             % (where, name, type(x).__name__))
         if x.device.type != "cuda" or x.device.index != self.device:
             raise ValueError("%s: %s on %s, expected cuda:%d (the pool's device)"
                              % (where, name, x.device, self.device))
-        want = dtype or self.dtype
-        if x.dtype != want:
-            raise ValueError("%s: %s dtype %s, expected %s" % (where, name, x.dtype, want))
+        if x.dtype not in self.input_dtypes:
+            raise ValueError("%s: %s dtype %s, expected %s" % (
+                where, name, x.dtype, self.dtype if not self.is_fp8 else
+                "torch.bfloat16 or torch.float16 (an fp8 pool's writes quantize them; its "
+                "kernels take and return them)"))
         if not x.is_contiguous():
             raise ValueError("%s: %s of shape %s is not contiguous (strides %s), expected a "
                              "contiguous tensor (call .contiguous())"
@@ -119,6 +186,9 @@ class Pool(_Owned):
         if k.shape != v.shape:
             raise ValueError("%s: k %s and v %s, expected the same shape"
                              % (where, tuple(k.shape), tuple(v.shape)))
+        if k.dtype != v.dtype:  # (an fp8 pool takes either 16-bit type, one per write)
+            raise ValueError("%s: k of dtype %s and v of dtype %s, expected the same dtype"
+                             % (where, k.dtype, v.dtype))
         return k, v
 
     # ---- documents ---------------------------------------------------------------------------
@@ -275,11 +345,18 @@ class Pool(_Owned):
                 raise ValueError("%s: %s of shape %s, expected [%d tokens, kv_heads %d, head_dim "
                                  "%d]" % (where, name, tuple(x.shape), dst.num_tokens,
                                           self.num_kv_heads, self.head_dim))
+        if k.dtype != v.dtype:
+            raise ValueError("%s: k of dtype %s and v of dtype %s, expected the same dtype"
+                             % (where, k.dtype, v.dtype))
         if not 0 <= int(layer) < self.num_layers:
             raise ValueError("%s: layer %d, expected in [0, %d)" % (where, layer, self.num_layers))
         self._check_open(where)
-        ops.call("write", self.k, self.v, k, v, dst.data, dst.meta, int(layer),
-                 _capi.WRITE_ROTATE if dst.rotate else 0)
+        flags = _capi.WRITE_ROTATE if dst.rotate else 0
+        if self.is_fp8:
+            ops.call("write_fp8", self.k, self.v, self.scales, self.saturated, k, v, dst.data,
+                     dst.meta, int(layer), flags)
+        else:
+            ops.call("write", self.k, self.v, k, v, dst.data, dst.meta, int(layer), flags)
 
     # ---- plans and kernels -------------------------------------------------------------------
 
@@ -368,6 +445,10 @@ class Pool(_Owned):
         flags = ((_capi.APPLY_ROPE if apply_rope else 0)
                  | (_capi.QUERY_ROTATED if query_rotated else 0)
                  | (_capi.INPUTS_SCALED if inputs_scaled else 0))
+        if self.is_fp8:
+            return ops.call(op + "_fp8", q, self.k, self.v, self.scales, plan.data,
+                            plan.workspace, plan.meta, int(layer), float(softmax_scale or 0.0),
+                            flags)
         return ops.call(op, q, self.k, self.v, plan.data, plan.workspace, plan.meta, int(layer),
                         float(softmax_scale or 0.0), flags)
 
@@ -377,13 +458,14 @@ class Pool(_Owned):
         (un-rotated, or rotated at their own positions with query_rotated) over their
         requests' documents and, causally, their tails, in `layer`. Returns (o, lse): o like q,
         lse [num_queries, num_qo_heads] float32 natural-log log-sum-exp. The queries' own K/V
-        must be written first. Runs on torch's current stream; no host synchronisation."""
+        must be written first. Runs on torch's current stream; no host synchronisation. q is of
+        the pool's dtype, or bfloat16 or float16 over an fp8 pool (lazyattn::prefill_fp8)."""
         return self._attend("prefill", "lazyattn.Pool.prefill", plan, q, layer, softmax_scale,
                             apply_rope, query_rotated, inputs_scaled)
 
     def decode(self, plan, q, layer=0, softmax_scale=None, apply_rope=True, query_rotated=False,
                inputs_scaled=False):
         """One decode step of a decode plan: q [num_requests, num_qo_heads, head_dim]; as
-        prefill otherwise."""
+        prefill otherwise (over an fp8 pool: local-form and absolute segments only)."""
         return self._attend("decode", "lazyattn.Pool.decode", plan, q, layer, softmax_scale,
                             apply_rope, query_rotated, inputs_scaled)

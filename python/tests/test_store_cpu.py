@@ -258,6 +258,14 @@ class StoreTest(unittest.TestCase):
                           0, None)
         self.assert_fails("count 7, expected 2 x num_layers 2 x num_kv_heads 2 = 8",
                           "pool_scales", h, got, 7)
+        # The fp8 launches (lazyattn_prefill_fp8 since ABI version 6) check their plan before
+        # any pointer: none, or a pool's handle, is refused by name.
+        for name in ("prefill_fp8", "decode_fp8"):
+            rest = (0, None, None, None, None, None, 4, 0.0, 1, capi.DTYPE_BFLOAT16, None, None,
+                    None, None)
+            self.assert_fails("lazyattn_%s: lazyattn_plan is NULL" % name, name, None, *rest)
+            self.assert_fails("lazyattn_%s: lazyattn_plan 0x[0-9a-f]+ is not a live handle"
+                              % name, name, h, *rest)
         capi.call("pool_destroy", h)
         # No scales: all 1.
         capi.call("pool_create_fp8", 1, 2, 64, PAGE, 4, 0, 0, None, None, ctypes.byref(h))
