@@ -48,7 +48,8 @@ inline void set_up(Launch& L, lazyattn_plan plan, std::int32_t kind, std::int32_
   const bool fp8_pool = c.dtype == DType::kFloat8E4M3;
   const char* entry = kind == LAZYATTN_PLAN_DECODE ? "decode" : "prefill";
   LAZYATTN_CHECK(fp8 == fp8_pool, w, ": a ", to_string(c.dtype), " pool, expected ",
-                 fp8 ? "a float8_e4m3 pool (others: lazyattn_" : "a 16-bit pool (float8_e4m3 pools: lazyattn_",
+                 fp8 ? "a float8_e4m3 pool (others: lazyattn_"
+                     : "a 16-bit pool (float8_e4m3 pools: lazyattn_",
                  entry, fp8 ? ")" : "_fp8)");
   LAZYATTN_CHECK(!fp8 || q_dtype == LAZYATTN_DTYPE_BFLOAT16 || q_dtype == LAZYATTN_DTYPE_FLOAT16,
                  w, ": q_dtype ", q_dtype, ", expected 1 (float16) or 2 (bfloat16)");

@@ -1,5 +1,5 @@
-// lazyattn's C ABI: the prefill launches (lazyattn_prefill, lazyattn_prefill_fp8), and the automatic key-range splits the
-// plans size their workspace for.
+// lazyattn's C ABI: the prefill launches (lazyattn_prefill, lazyattn_prefill_fp8), and the
+// automatic key-range splits the plans size their workspace for.
 #include <algorithm>
 
 #include "launch.cuh"

@@ -217,9 +217,17 @@ TEST_CASE("DeviceReencode over fp8 pools re-quantizes K after its rotation and c
     // The expected codes, from the source codes: K dequantized, rotated in double (R(start) on a
     // local-form key, R(start + i) on a raw one), quantized with the same scale; V's as stored.
     const int H = cfg.num_kv_heads, D = cfg.head_dim, P = cfg.page_size;
-    auto at = [&](std::int32_t page, int h, std::int64_t slot) {
-      const std::int64_t head = (std::int64_t{s.layer} * cfg.num_pages + page) * H + h;
+    // Element offset of (page, head, slot) of the layer in a pool of `pages` pages (the source
+    // store has the spare pages' fewer).
+    auto at_in = [&](std::int64_t pages, std::int32_t page, int h, std::int64_t slot) {
+      const std::int64_t head = (std::int64_t{s.layer} * pages + page) * H + h;
       return static_cast<std::size_t>(head * P * D + slot * D);
+    };
+    auto src_at = [&](std::int32_t page, int h, std::int64_t slot) {
+      return at_in(sc.store->config().num_pages, page, h, slot);
+    };
+    auto at = [&](std::int32_t page, int h, std::int64_t slot) {
+      return at_in(cfg.num_pages, page, h, slot);
     };
     const auto* src_k = reinterpret_cast<const float8_e4m3*>(sc.store->k_bytes());
     const auto* src_v = reinterpret_cast<const float8_e4m3*>(sc.store->v_bytes());
@@ -234,7 +242,8 @@ TEST_CASE("DeviceReencode over fp8 pools re-quantizes K after its rotation and c
         for (int h = 0; h < H; ++h) {
           const float scale = cfg.k_scale[static_cast<std::size_t>(s.layer * H + h)];
           std::vector<double> k(static_cast<std::size_t>(D));
-          for (int d = 0; d < D; ++d) k[d] = to_float(src_k[at(sp, h, i % P) + d]) * double{scale};
+          for (int d = 0; d < D; ++d)
+            k[d] = to_float(src_k[src_at(sp, h, i % P) + d]) * double{scale};
           lazyattn::rope::rotate(sc.rope.base_frequencies(), job.seg_start[g] + (raw ? i : 0),
                                  std::span<double>(k));
           for (int d = 0; d < D; ++d) {
@@ -246,7 +255,9 @@ TEST_CASE("DeviceReencode over fp8 pools re-quantizes K after its rotation and c
             exact += got == want ? 1 : 0;
             // One e4m3 step at most (the device's fp32 angles against double), 2^-3 relative.
             off_by_more += std::fabs(got - want) <= std::fabs(want) * 0x1p-3f + 0x1p-9f ? 0 : 1;
-            v_differ += got_v[at(dp, h, i % P) + d].bits == src_v[at(sp, h, i % P) + d].bits ? 0 : 1;
+            const bool same_v =
+                got_v[at(dp, h, i % P) + d].bits == src_v[src_at(sp, h, i % P) + d].bits;
+            v_differ += same_v ? 0 : 1;
           }
         }
       }

@@ -27,8 +27,8 @@
 namespace lazyattn::cuda::detail {
 
 // The rotary layout of a pass over raw-form key rows (the same items and angles as
-// rotate_raw_tiles_kernel, whose tuned loop keeps them inline): a row's work items of 16 output bytes
-// (rotate-half: a chunk of 8 first members with the chunk of their partners, then the chunks past
+// rotate_raw_tiles_kernel, whose tuned loop keeps them inline): a row's work items of 16 output
+// bytes (rotate-half: a chunk of 8 first members with the chunk of their partners, then the chunks past
 // the rotary dims; interleaved: every chunk of 4 pairs) and the angle tables of the tile's request.
 struct RawRowLayout {
   int rot_half;
@@ -46,7 +46,8 @@ __device__ __forceinline__ RawRowLayout raw_row_layout(const PrefillParams& p, i
   l.interleaved = p.rope.interleaved != 0;
   const int rope_set = p.rope.per_request ? request_of_tile(p, tile) : 0;
   l.turns = p.rope.turns + static_cast<std::int64_t>(rope_set) * l.rot_half;
-  l.offsets = p.rope.offset_cs + static_cast<std::int64_t>(rope_set) * p.rope.offset_rows * l.rot_half;
+  l.offsets =
+      p.rope.offset_cs + static_cast<std::int64_t>(rope_set) * p.rope.offset_rows * l.rot_half;
   l.half_chunks = l.interleaved ? 0 : l.rot_half / 8;
   l.items = l.interleaved ? D / 8 : D / 8 - l.half_chunks;
   return l;
@@ -159,9 +160,11 @@ __global__ void __launch_bounds__(kRawPassThreads)
       it.x_at = it.y_at = 8 * u;
       it.pairs_half = it.rotary = false;
     }
-    const std::uint8_t* src0 = static_cast<const std::uint8_t*>(is_v ? p.v_pool : p.k_pool) + src_row;
+    const std::uint8_t* src0 =
+        static_cast<const std::uint8_t*>(is_v ? p.v_pool : p.k_pool) + src_row;
     const float* scales = is_v ? p.v_scale : p.k_scale;
-    T* out0 = static_cast<T*>(is_v ? p.tile_v : p.tile_k) + out_tile + static_cast<std::int64_t>(r) * D;
+    T* out0 =
+        static_cast<T*>(is_v ? p.tile_v : p.tile_k) + out_tile + static_cast<std::int64_t>(r) * D;
     for (int h0 = 0; h0 < num_kv_heads; h0 += kHeads) {
       uint2 xa[kHeads], ya[kHeads];
       float sc[kHeads];

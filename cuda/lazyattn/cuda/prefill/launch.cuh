@@ -228,7 +228,8 @@ inline void prefill(const PrefillArgs& args, const DevicePool& pool, const Devic
     p.k_scale = pool.k_scales(args.layer);
     p.v_scale = pool.v_scales(args.layer);
   }
-  const PrefillKernel chosen = resolve_prefill_kernel(args, plan, rope, kv_dtype, scratch.tiles_elems);
+  const PrefillKernel chosen =
+      resolve_prefill_kernel(args, plan, rope, kv_dtype, scratch.tiles_elems);
   const bool wgmma = chosen == PrefillKernel::kWgmmaWs;
   int splits = args.kv_splits;
   if (splits == 0)
