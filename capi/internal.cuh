@@ -16,6 +16,7 @@
 #include "lazyattn/cuda/common.cuh"
 #include "lazyattn/cuda/device_rope.cuh"
 #include "lazyattn/cuda/packed_plan.hpp"
+#include "lazyattn/detail/splitmix.hpp"
 #include "lazyattn/lazyattn.hpp"
 #include "lazyattn_c.h"
 
@@ -139,10 +140,7 @@ struct lazyattn_pool_t {
       : device(d), config(c), pages(c), handle_salt(salt_of(pages.id())) {}
 
   static std::uint64_t salt_of(std::uint64_t id) {
-    std::uint64_t x = id + 0x9e3779b97f4a7c15ull;
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-    return x ^ (x >> 31);
+    return lazyattn::detail::splitmix64_mix(id + lazyattn::detail::kGoldenGamma);
   }
 };
 

@@ -12,6 +12,7 @@
 
 #include "lazyattn/cuda/device_rope.cuh"
 #include "lazyattn/cuda/rope.cuh"
+#include "lazyattn/detail/splitmix.hpp"
 
 namespace lazyattn::rag::kernels {
 
@@ -21,10 +22,8 @@ using bf16 = __nv_bfloat16;
 static __global__ void fill_uniform(bf16* w, std::int64_t n, std::uint64_t seed, float bound) {
   for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
-    std::uint64_t z = seed + static_cast<std::uint64_t>(i) * 0x9e3779b97f4a7c15ull;
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    z ^= z >> 31;
+    const std::uint64_t z = lazyattn::detail::splitmix64_mix(
+        seed + static_cast<std::uint64_t>(i) * lazyattn::detail::kGoldenGamma);
     const float u = static_cast<float>(z >> 40) * 0x1p-24f;  // [0, 1)
     w[i] = __float2bfloat16_rn((2.0f * u - 1.0f) * bound);
   }

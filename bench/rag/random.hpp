@@ -5,6 +5,8 @@
 #include <cmath>
 #include <cstdint>
 
+#include "lazyattn/detail/splitmix.hpp"
+
 namespace lazyattn::rag {
 
 class SplitMix64 {
@@ -12,10 +14,7 @@ class SplitMix64 {
   explicit SplitMix64(std::uint64_t seed) : state_(seed) {}
 
   std::uint64_t next() {
-    std::uint64_t z = (state_ += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
+    return lazyattn::detail::splitmix64_mix(state_ += lazyattn::detail::kGoldenGamma);
   }
   // Uniform in [0, 1), 53 bits.
   double uniform() { return static_cast<double>(next() >> 11) * 0x1.0p-53; }

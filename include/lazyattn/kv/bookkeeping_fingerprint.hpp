@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <mutex>
 
+#include "lazyattn/detail/splitmix.hpp"
 #include "lazyattn/kv/bookkeeping.hpp"
 
 namespace lazyattn {
@@ -23,12 +24,8 @@ inline std::uint64_t KvBookkeeping::fingerprint() const {
   std::lock_guard lock(mu_);
   std::uint64_t h = 0x6c617a7961747465ull;  // mixes each word in turn (splitmix64's finalizer)
   auto mix = [&h](std::uint64_t x) {
-    h ^= x + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
-    h ^= h >> 30;
-    h *= 0xbf58476d1ce4e5b9ull;
-    h ^= h >> 27;
-    h *= 0x94d049bb133111ebull;
-    h ^= h >> 31;
+    h ^= x + detail::kGoldenGamma + (h << 6) + (h >> 2);
+    h = detail::splitmix64_mix(h);
   };
   auto mix_list = [&mix](const auto& xs) {
     mix(xs.size());
