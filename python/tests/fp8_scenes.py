@@ -5,6 +5,7 @@ GPU (test_fp8.py skips without one before importing this).
 """
 import math
 
+import pytest
 import torch
 
 import lazyattn
