@@ -150,6 +150,30 @@ TEST_CASE("the wgmma prefill kernel on RAG tails and long query runs", "[cuda][p
   }
 }
 
+// Page sizes off the sweeps' 16 to 64: whole tiles come by the TMA in boxes of a page's rows (8:
+// eight pages to a tile, at head dim 256 32 boxes of K and of V) or of 64 rows at a page's slot
+// 64, 128 or 192 (pages of 128 and 256 keys hold several tiles); under 8 keys the kernel gathers
+// with cp.async. RAG tails (partial tiles, one-token segments) and one-segment requests.
+TEST_CASE("the wgmma prefill kernel over pages of 4, 8, 128 and 256 keys", "[cuda][prefill][hopper]") {
+  int i = 0;
+  for (int page_size : {8, 128, 256, 4}) {
+    for (bool one_segment : {false, true}) {
+      ScenarioSpec spec =
+          wgmma_rag_spec(std::array<std::int64_t, 3>{129, 40, 300}[i % 3], page_size,
+                         std::array{128, 256, 64}[i % 3]);
+      if (one_segment) {
+        spec.docs_per_request = 0;
+        spec.num_queries = {spec.num_queries[0], 33, 70};
+        spec.num_requests = 3;
+      }
+      spec.seed += 1000 * static_cast<std::uint64_t>(page_size);
+      INFO("page size " << page_size);
+      check_wgmma_spec(spec, one_segment);
+      ++i;
+    }
+  }
+}
+
 // Requests of one segment each (their tails, no documents), at large positions: the plan the
 // warp-specialised kernel's one-segment form takes (the encodings' case, here with tails that
 // start past 0 and queries that start past the tail's first key). scripts/gpu-check runs it under

@@ -16,6 +16,7 @@
 #include "lazyattn/cuda/dispatch.cuh"
 #include "lazyattn/cuda/launch_common.cuh"
 #include "lazyattn/cuda/support.hpp"
+#include "lazyattn/cuda/tma.cuh"
 #include "lazyattn/cuda/prefill/fp8_tiles.cuh"
 #include "lazyattn/cuda/prefill/merge.cuh"
 #include "lazyattn/cuda/prefill/mma_sync.cuh"
@@ -231,6 +232,16 @@ inline void prefill(const PrefillArgs& args, const DevicePool& pool, const Devic
   const PrefillKernel chosen =
       resolve_prefill_kernel(args, plan, rope, kv_dtype, scratch.tiles_elems);
   const bool wgmma = chosen == PrefillKernel::kWgmmaWs;
+  // The Hopper kernel reads whole tiles of 16-bit pages with the TMA (raw-form plans and fp8
+  // pools read scratch tiles; page sizes under 8 and drivers without tensor maps use cp.async).
+  if (wgmma && !fp8 && !(args.rope && plan.has_raw_segments())) {
+    const PoolGeometry& geo = pool.geometry();
+    const bool k_ok = detail::encode_page_map(&p.k_map, p.k_pool, geo.head_dim, geo.page_size,
+                                              geo.num_kv_heads, geo.num_pages);
+    const bool v_ok = detail::encode_page_map(&p.v_map, p.v_pool, geo.head_dim, geo.page_size,
+                                              geo.num_kv_heads, geo.num_pages);
+    p.kv_tma = k_ok && v_ok ? 1 : 0;
+  }
   int splits = args.kv_splits;
   if (splits == 0)
     splits = scratch.max_splits > 1

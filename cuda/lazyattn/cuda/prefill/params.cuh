@@ -3,6 +3,7 @@
 // a key-range split; the tail tiles none of its rows sees dropped).
 #pragma once
 
+#include <cuda.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -47,6 +48,11 @@ struct PrefillParams {
   // fp8 pools: this layer's K and V scales, [num_kv_heads]; null for 16-bit pools.
   const float* k_scale = nullptr;
   const float* v_scale = nullptr;
+  // The Hopper kernel over 16-bit pages (kv_tma = 1): maps of this layer's K and V pages
+  // (detail::encode_page_map), read by the TMA for every whole 64-key tile; 0: cp.async for all.
+  std::int32_t kv_tma = 0;
+  CUtensorMap k_map{};
+  CUtensorMap v_map{};
 };
 
 namespace detail {

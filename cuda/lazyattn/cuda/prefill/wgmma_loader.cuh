@@ -13,6 +13,8 @@
 #include "lazyattn/cuda/prefill/params.cuh"
 #include "lazyattn/cuda/prefill/raw_keys.cuh"
 #include "lazyattn/cuda/ptx.cuh"
+#include "lazyattn/cuda/tma.cuh"
+#include "lazyattn/cuda/wgmma.cuh"
 #include "lazyattn/kv/types.hpp"
 
 namespace lazyattn::cuda::detail {
@@ -36,8 +38,6 @@ __device__ __forceinline__ void wgmma_load_kv(const PrefillParams& p, T* stages,
   const int lwarp = ltid >> 5;
   auto full_bar = [&](int stage) { return bars + 8u * static_cast<unsigned>(stage); };
   auto empty_bar = [&](int stage) { return bars + 8u * static_cast<unsigned>(S + stage); };
-  const T* k_head = static_cast<const T*>(p.k_pool) + kv_head * p.head_stride;
-  const T* v_head = static_cast<const T*>(p.v_pool) + kv_head * p.head_stride;
   // The warpgroup copies kPass rows at a time (8 at head dims 128 and 256, 16 at 64: a multiple
   // of the swizzle's 8-row period), kRowThreads threads to a row. At 256 each thread copies
   // kSub = 2 chunks of a row, chunk and chunk + 16 (two column blocks on, the same phase).
@@ -67,6 +67,8 @@ __device__ __forceinline__ void wgmma_load_kv(const PrefillParams& p, T* stages,
     if constexpr (kTablesBarrier) __syncthreads();
     if (tile_begin < tile_end) __syncthreads();
     __syncthreads();
+    // Stages 2 and 3 were the prologue's (generic proxy); the TMA writes them next (async).
+    if constexpr (kKv == KvTiles::kPages) ptx::fence_proxy_async_smem();
   };
   for (int tile = tile_begin, it = 0; tile < tile_end; ++tile, ++it) {
     const int stage = it % S;
@@ -95,10 +97,39 @@ __device__ __forceinline__ void wgmma_load_kv(const PrefillParams& p, T* stages,
       ptx::cp_async_mbarrier_arrive_noinc(full_bar(stage));
       continue;
     }
+    // A whole tile over 16-bit pages (p.kv_tma): warp 0's lanes issue its boxes to the TMA, one
+    // per page, KV head and 64 columns of K and of V (box rows: a page, at most 64), and lane 0
+    // expects their bytes on the stage's mbarrier; the other threads arrive. A tile with fewer
+    // rows keeps the cp.async gather below, whose zero-filled rows past the tile keep stale or
+    // unwritten rows of V (NaN x 0) out of P V.
+    if constexpr (kKv == KvTiles::kPages) {
+      if (p.kv_tma && ti.rows == kTileKeys) {
+        if (ltid == 0) ptx::mbarrier_arrive_expect_tx(full_bar(stage), 2 * kTileKeys * D * sizeof(T));
+        else ptx::mbarrier_arrive(full_bar(stage));
+        // Box j (lane j of warp 0): the tile's page j / (D / 64), columns 64 (j % (D / 64)) on,
+        // of K and of V; at most (64 / 8) x (256 / 64) = 32 (page_size >= 8, encode_page_map).
+        const int rows_log2 = p.page_size_log2 < 6 ? p.page_size_log2 : 6;
+        if (ltid < ((kTileKeys * D / 64) >> rows_log2)) {
+          const int page_in = ltid / (D / 64), col_block = ltid % (D / 64);
+          const int page = p.plan.page_ids[ti.page_base + (ti.key0 >> p.page_size_log2) + page_in];
+          const int at = col_block * (kTileKeys * 64) + (page_in << rows_log2) * 64;
+          const int slot0 = ti.key0 & slot_mask;  // 0 unless a page holds several tiles
+          ptx::tma_load_4d(ptx::smem_addr(ks + at), &p.k_map, full_bar(stage), 64 * col_block,
+                           slot0, kv_head, page);
+          ptx::tma_load_4d(ptx::smem_addr(vs + at), &p.v_map, full_bar(stage), 64 * col_block,
+                           slot0, kv_head, page);
+        }
+        continue;
+      }
+    }
     // TileStream::issue's gather without its page id per row (8 registers the loader does
     // not have): the tile's pages (key0 is a multiple of 64, so at most 64 / page_size of
     // them), lane j reading page j, the rows taking theirs by shuffle. Written here, not as
     // a TileStream member or a helper: both compiled with 3x the loader's spills.
+    // The KV head's pages (here, not before the loop: live across it, they spilled in the
+    // loader's 24 registers once the TMA branch above was in).
+    const T* k_head = static_cast<const T*>(p.k_pool) + kv_head * p.head_stride;
+    const T* v_head = static_cast<const T*>(p.v_pool) + kv_head * p.head_stride;
     const int first = ti.page_base + (ti.key0 >> p.page_size_log2);
     const int npages = ((ti.rows - 1) >> p.page_size_log2) + 1;
     const int my_page = lane < npages ? p.plan.page_ids[first + lane] : 0;

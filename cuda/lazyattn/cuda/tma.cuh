@@ -1,0 +1,88 @@
+// The Tensor Memory Accelerator (sm_90): tensor maps of a layer's K or V pages, made on the host,
+// and the bulk tensor copy that fills a shared-memory tile from one of them, announced on an
+// mbarrier by the bytes it writes.
+#pragma once
+
+#include <cuda.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace lazyattn::cuda {
+
+namespace detail {
+
+// cuTensorMapEncodeTiled through the runtime's driver entry points (no link to libcuda), or null
+// where the driver does not have it.
+inline auto tensor_map_encoder() {
+  using Encode = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*,
+                              const cuuint64_t*, const cuuint64_t*, const cuuint32_t*,
+                              const cuuint32_t*, CUtensorMapInterleave, CUtensorMapSwizzle,
+                              CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+  static const Encode encode = [] {
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault,
+                                         &found) != cudaSuccess ||
+        found != cudaDriverEntryPointSuccess)
+      return static_cast<Encode>(nullptr);
+    return reinterpret_cast<Encode>(fn);
+  }();
+  return encode;
+}
+
+// The rows of one box of a page map: a whole page up to a 64-key tile's worth.
+inline int page_box_rows(int page_size) { return page_size < 64 ? page_size : 64; }
+
+// A map of one layer's K (or V) pages of 16-bit elements, [num_pages][num_kv_heads][page_size]
+// [head_dim] from `layer_base`, read in boxes of 64 columns x page_box_rows(page_size) rows of one
+// page and KV head, written to shared memory in the 128-byte swizzle (blocked_swizzle's layout).
+// Coordinates, innermost first: (column, slot, kv head, page). False where the driver cannot make
+// it (no entry point, or a geometry the TMA does not take); the caller then copies with cp.async.
+inline bool encode_page_map(CUtensorMap* map, const void* layer_base, int head_dim, int page_size,
+                            int num_kv_heads, std::int64_t num_pages) {
+  const auto encode = tensor_map_encoder();
+  if (!encode || head_dim % 64 != 0 || page_size < 8 || num_pages < 1 ||
+      reinterpret_cast<std::uintptr_t>(layer_base) % 16 != 0)
+    return false;
+  constexpr cuuint64_t kElem = 2;
+  const cuuint64_t dims[4] = {static_cast<cuuint64_t>(head_dim),
+                              static_cast<cuuint64_t>(page_size),
+                              static_cast<cuuint64_t>(num_kv_heads),
+                              static_cast<cuuint64_t>(num_pages)};
+  const cuuint64_t row = kElem * static_cast<cuuint64_t>(head_dim);
+  const cuuint64_t strides[3] = {row, row * static_cast<cuuint64_t>(page_size),
+                                 row * static_cast<cuuint64_t>(page_size) *
+                                     static_cast<cuuint64_t>(num_kv_heads)};
+  const cuuint32_t box[4] = {64, static_cast<cuuint32_t>(page_box_rows(page_size)), 1, 1};
+  const cuuint32_t elem_strides[4] = {1, 1, 1, 1};
+  return encode(map, CU_TENSOR_MAP_DATA_TYPE_UINT16, 4, const_cast<void*>(layer_base), dims,
+                strides, box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
+}  // namespace detail
+
+namespace ptx {
+
+// One arrival on `bar` that also expects `bytes` more of asynchronous writes (the TMA's
+// complete_tx) before its phase completes.
+__device__ __forceinline__ void mbarrier_arrive_expect_tx(std::uint32_t bar, std::uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes)
+               : "memory");
+}
+
+// Box (c0, c1, c2, c3) of the tensor map at `map` (a __grid_constant__ parameter's address) into
+// shared memory at `dst`, its bytes counted on mbarrier `bar`.
+__device__ __forceinline__ void tma_load_4d(std::uint32_t dst, const CUtensorMap* map,
+                                            std::uint32_t bar, int c0, int c1, int c2, int c3) {
+  asm volatile(
+      "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+      " [%0], [%1, {%2, %3, %4, %5}], [%6];\n" ::"r"(dst),
+      "l"(reinterpret_cast<std::uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar)
+      : "memory");
+}
+
+}  // namespace ptx
+}  // namespace lazyattn::cuda
