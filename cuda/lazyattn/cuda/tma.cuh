@@ -1,6 +1,6 @@
-// The Tensor Memory Accelerator (sm_90): tensor maps of a layer's K or V pages, made on the host,
-// and the bulk tensor copy that fills a shared-memory tile from one of them, announced on an
-// mbarrier by the bytes it writes.
+// The Tensor Memory Accelerator (sm_90): tensor maps of a layer's K or V pages and of the Hopper
+// prefill's tile scratch, made on the host, and the bulk tensor copies that fill a shared-memory
+// tile from them, announced on an mbarrier by the bytes they write.
 #pragma once
 
 #include <cuda.h>
@@ -62,6 +62,25 @@ inline bool encode_page_map(CUtensorMap* map, const void* layer_base, int head_d
                 CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
+// A map of the tile scratch (PrefillParams::tile_k: `rows` rows of head_dim 16-bit elements from
+// `base`), read in boxes of 64 columns x 64 rows (one tile of one KV head) into the same
+// swizzled layout. Coordinates: (column, row). False where it cannot be made (rows past int32).
+inline bool encode_scratch_map(CUtensorMap* map, const void* base, int head_dim,
+                               std::int64_t rows) {
+  const auto encode = tensor_map_encoder();
+  if (!encode || head_dim % 64 != 0 || rows < 64 || rows > 0x7fffffff ||
+      reinterpret_cast<std::uintptr_t>(base) % 16 != 0)
+    return false;
+  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(head_dim), static_cast<cuuint64_t>(rows)};
+  const cuuint64_t strides[1] = {2 * static_cast<cuuint64_t>(head_dim)};
+  const cuuint32_t box[2] = {64, 64};
+  const cuuint32_t elem_strides[2] = {1, 1};
+  return encode(map, CU_TENSOR_MAP_DATA_TYPE_UINT16, 2, const_cast<void*>(base), dims, strides,
+                box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) ==
+         CUDA_SUCCESS;
+}
+
 }  // namespace detail
 
 namespace ptx {
@@ -81,6 +100,16 @@ __device__ __forceinline__ void tma_load_4d(std::uint32_t dst, const CUtensorMap
       "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
       " [%0], [%1, {%2, %3, %4, %5}], [%6];\n" ::"r"(dst),
       "l"(reinterpret_cast<std::uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar)
+      : "memory");
+}
+
+// Box (c0, c1) of a two-dimensional tensor map, as tma_load_4d.
+__device__ __forceinline__ void tma_load_2d(std::uint32_t dst, const CUtensorMap* map,
+                                            std::uint32_t bar, int c0, int c1) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+      " [%0], [%1, {%2, %3}], [%4];\n" ::"r"(dst),
+      "l"(reinterpret_cast<std::uint64_t>(map)), "r"(c0), "r"(c1), "r"(bar)
       : "memory");
 }
 

@@ -232,15 +232,20 @@ inline void prefill(const PrefillArgs& args, const DevicePool& pool, const Devic
   const PrefillKernel chosen =
       resolve_prefill_kernel(args, plan, rope, kv_dtype, scratch.tiles_elems);
   const bool wgmma = chosen == PrefillKernel::kWgmmaWs;
-  // The Hopper kernel reads whole tiles of 16-bit pages with the TMA (raw-form plans and fp8
-  // pools read scratch tiles; page sizes under 8 and drivers without tensor maps use cp.async).
-  if (wgmma && !fp8 && !(args.rope && plan.has_raw_segments())) {
+  // The Hopper kernel reads whole tiles of 16-bit pages, and raw-form K tiles of the raw-key
+  // pass's scratch, with the TMA at head dims 64 and 128 (fp8 pools read their scratch; head
+  // dim 256, page sizes under 8 and drivers without tensor maps gather with cp.async).
+  if (wgmma && !fp8 && ap.head_dim != 256) {
     const PoolGeometry& geo = pool.geometry();
-    const bool k_ok = detail::encode_page_map(&p.k_map, p.k_pool, geo.head_dim, geo.page_size,
-                                              geo.num_kv_heads, geo.num_pages);
-    const bool v_ok = detail::encode_page_map(&p.v_map, p.v_pool, geo.head_dim, geo.page_size,
-                                              geo.num_kv_heads, geo.num_pages);
-    p.kv_tma = k_ok && v_ok ? 1 : 0;
+    bool ok = detail::encode_page_map(&p.k_map, p.k_pool, geo.head_dim, geo.page_size,
+                                      geo.num_kv_heads, geo.num_pages) &&
+              detail::encode_page_map(&p.v_map, p.v_pool, geo.head_dim, geo.page_size,
+                                      geo.num_kv_heads, geo.num_pages);
+    const std::int64_t raw_elems = prefill_tile_elems(args, plan, kv_dtype);
+    if (ok && raw_elems > 0)
+      ok = detail::encode_scratch_map(&p.tile_k_map, scratch.tiles, ap.head_dim,
+                                      raw_elems / ap.head_dim);
+    p.kv_tma = ok ? 1 : 0;
   }
   int splits = args.kv_splits;
   if (splits == 0)

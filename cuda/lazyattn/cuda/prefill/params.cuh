@@ -49,10 +49,12 @@ struct PrefillParams {
   const float* k_scale = nullptr;
   const float* v_scale = nullptr;
   // The Hopper kernel over 16-bit pages (kv_tma = 1): maps of this layer's K and V pages
-  // (detail::encode_page_map), read by the TMA for every whole 64-key tile; 0: cp.async for all.
+  // (detail::encode_page_map) and, for raw-form tiles, of tile_k (detail::encode_scratch_map),
+  // read by the TMA for every whole 64-key tile; 0: cp.async for all.
   std::int32_t kv_tma = 0;
   CUtensorMap k_map{};
   CUtensorMap v_map{};
+  CUtensorMap tile_k_map{};
 };
 
 namespace detail {

@@ -68,7 +68,7 @@ __device__ __forceinline__ void wgmma_load_kv(const PrefillParams& p, T* stages,
     if (tile_begin < tile_end) __syncthreads();
     __syncthreads();
     // Stages 2 and 3 were the prologue's (generic proxy); the TMA writes them next (async).
-    if constexpr (kKv == KvTiles::kPages) ptx::fence_proxy_async_smem();
+    if constexpr (kKv != KvTiles::kScratch && D != 256) ptx::fence_proxy_async_smem();
   };
   for (int tile = tile_begin, it = 0; tile < tile_end; ++tile, ++it) {
     const int stage = it % S;
@@ -97,27 +97,40 @@ __device__ __forceinline__ void wgmma_load_kv(const PrefillParams& p, T* stages,
       ptx::cp_async_mbarrier_arrive_noinc(full_bar(stage));
       continue;
     }
-    // A whole tile over 16-bit pages (p.kv_tma): warp 0's lanes issue its boxes to the TMA, one
-    // per page, KV head and 64 columns of K and of V (box rows: a page, at most 64), and lane 0
-    // expects their bytes on the stage's mbarrier; the other threads arrive. A tile with fewer
-    // rows keeps the cp.async gather below, whose zero-filled rows past the tile keep stale or
-    // unwritten rows of V (NaN x 0) out of P V.
-    if constexpr (kKv == KvTiles::kPages) {
+    // A whole tile (p.kv_tma): warp 0's lanes issue its boxes to the TMA, one per page, KV
+    // head and 64 columns of K and of V (box rows: a page, at most 64); a raw-form tile's K
+    // (kRawScratch) comes from the raw-key pass's scratch instead, in D / 64 boxes of its 64
+    // rows. Thread 0 expects the tile's bytes on the stage's mbarrier; the other threads arrive.
+    // A tile with fewer rows keeps the cp.async gather below, whose zero-filled rows past the
+    // tile keep stale or unwritten rows of V (NaN x 0) out of P V. Head dims 64 and 128: at 256
+    // (two stages) the TMA measured 10-15% slower than the gather (H100, every prefill shape).
+    if constexpr (kKv != KvTiles::kScratch && D != 256) {
       if (p.kv_tma && ti.rows == kTileKeys) {
         if (ltid == 0) ptx::mbarrier_arrive_expect_tx(full_bar(stage), 2 * kTileKeys * D * sizeof(T));
         else ptx::mbarrier_arrive(full_bar(stage));
-        // Box j (lane j of warp 0): the tile's page j / (D / 64), columns 64 (j % (D / 64)) on,
-        // of K and of V; at most (64 / 8) x (256 / 64) = 32 (page_size >= 8, encode_page_map).
+        const bool k_scratch =
+            kKv == KvTiles::kRawScratch && ti.form == static_cast<std::int32_t>(StorageForm::kRaw);
+        // Page box j (thread j of warp 0): the tile's page j / (D / 64), columns 64 (j % (D /
+        // 64)) on; at most (64 / 8) x (128 / 64) = 16 (page_size >= 8, encode_page_map).
         const int rows_log2 = p.page_size_log2 < 6 ? p.page_size_log2 : 6;
         if (ltid < ((kTileKeys * D / 64) >> rows_log2)) {
           const int page_in = ltid / (D / 64), col_block = ltid % (D / 64);
           const int page = p.plan.page_ids[ti.page_base + (ti.key0 >> p.page_size_log2) + page_in];
           const int at = col_block * (kTileKeys * 64) + (page_in << rows_log2) * 64;
           const int slot0 = ti.key0 & slot_mask;  // 0 unless a page holds several tiles
-          ptx::tma_load_4d(ptx::smem_addr(ks + at), &p.k_map, full_bar(stage), 64 * col_block,
-                           slot0, kv_head, page);
+          if (!k_scratch)
+            ptx::tma_load_4d(ptx::smem_addr(ks + at), &p.k_map, full_bar(stage),
+                             64 * col_block, slot0, kv_head, page);
           ptx::tma_load_4d(ptx::smem_addr(vs + at), &p.v_map, full_bar(stage), 64 * col_block,
                            slot0, kv_head, page);
+        }
+        if constexpr (kKv == KvTiles::kRawScratch) {
+          if (k_scratch && ltid >= 32 && ltid < 32 + D / 64) {  // warp 1: the scratch's K boxes
+            const int col_block = ltid - 32;
+            ptx::tma_load_2d(ptx::smem_addr(ks + col_block * (kTileKeys * 64)), &p.tile_k_map,
+                             full_bar(stage), 64 * col_block,
+                             static_cast<int>(scratch_tile(p, tile, kv_head, D) / D));
+          }
         }
         continue;
       }
