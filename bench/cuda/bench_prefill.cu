@@ -18,6 +18,7 @@
 //   *_d64        the same shapes at head dim 64 (Llama-3.2-1B's attention: 32 query heads, 8 KV
 //                heads); half the dims rotary is 32 of them there
 //   *_d256       the same shapes at head dim 256 (Gemma's head dim, with the same head counts)
+//   LAZYATTN_BENCH_PAGE_SIZE=N   pages of N keys instead of 16
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -36,7 +37,17 @@ namespace {
 
 using namespace lazyattn;
 
-constexpr int kQoHeads = 32, kKvHeads = 8, kPageSize = 16;
+constexpr int kQoHeads = 32, kKvHeads = 8;
+
+// Keys per page: 16 (the protocol's), or LAZYATTN_BENCH_PAGE_SIZE (a power of two, 1 to 1024;
+// the store checks it). The pages of a document, and of the tail, are consecutive in the pool.
+int page_size() {
+  static const int n = [] {
+    const char* e = std::getenv("LAZYATTN_BENCH_PAGE_SIZE");
+    return e ? std::atoi(e) : 16;
+  }();
+  return n;
+}
 
 struct Shape {
   std::string name;
@@ -110,10 +121,11 @@ RopePolicy llama3_rope(int head_dim, PairLayout pairs = PairLayout::kHalf,
 std::unique_ptr<Setup> build(const Shape& sh) {
   auto s = std::make_unique<Setup>();
   s->shape = sh.name;
-  std::int64_t pages = std::int64_t{sh.num_docs} * ((sh.doc_len + kPageSize - 1) / kPageSize) +
-                       (sh.tail_len + kPageSize - 1) / kPageSize;
+  const int ps = page_size();
+  std::int64_t pages = std::int64_t{sh.num_docs} * ((sh.doc_len + ps - 1) / ps) +
+                       (sh.tail_len + ps - 1) / ps;
   const int D = sh.head_dim;
-  KvStoreConfig cfg{1, kKvHeads, D, kPageSize, DType::kBFloat16, pages};
+  KvStoreConfig cfg{1, kKvHeads, D, ps, DType::kBFloat16, pages};
   s->store = std::make_unique<KvStore>(cfg);
   s->pool = std::make_unique<cuda::DevicePool>(cfg);
   s->pool->fill_uniform(4321);
