@@ -18,6 +18,9 @@
 //   *_d64        the same shapes at head dim 64 (Llama-3.2-1B's attention: 32 query heads, 8 KV
 //                heads); half the dims rotary is 32 of them there
 //   *_d256       the same shapes at head dim 256 (Gemma's head dim, with the same head counts)
+//   chunk_N      chunked prefill: the last N of a tail of 1024 + N tokens (N = 1, 17, 129, 2049)
+//                over 16 documents x 512, causal within the tail; FLOPs of the keys each query
+//                sees (documents and the tail up to itself); local, raw and rope_off only
 //   LAZYATTN_BENCH_PAGE_SIZE=N   pages of N keys instead of 16
 #include <benchmark/benchmark.h>
 
@@ -53,8 +56,10 @@ struct Shape {
   std::string name;
   int num_docs;      // documents of doc_len before the tail
   int doc_len;
-  int tail_len;      // the request's own tokens, all of them queries
+  int tail_len;      // the request's own tokens
   int head_dim = 128;
+  int queries = 0;   // the tail's last `queries` tokens are the queries (0: all of them)
+  int num_queries() const { return queries > 0 ? queries : tail_len; }
 };
 
 // *Mma: the mma.sync kernel forced (kAuto takes the wgmma kernel at head dims 64, 128 and 256).
@@ -148,21 +153,26 @@ std::unique_ptr<Setup> build(const Shape& sh) {
   std::shuffle(docs.begin(), docs.end(), rng);
   TailHandle tail = s->store->create_tail(StorageForm::kLocal);
   s->store->reserve(tail, sh.tail_len);
-  RequestLayout layout = layouts::back_to_back(*s->store, docs, tail, sh.tail_len);
+  const int nq = sh.num_queries();
+  RequestLayout layout = layouts::back_to_back(*s->store, docs, tail, nq);
   Plan plan = make_plan(*s->store, layout);
   s->plan_local.upload(plan, cuda::prefill_schedule(plan, {kQoHeads, kKvHeads, D}));
   Plan raw = plan;
   std::fill(raw.segment_form.begin(), raw.segment_form.end(),
             static_cast<std::uint8_t>(StorageForm::kRaw));
   s->plan_raw.upload(raw, cuda::prefill_schedule(raw, {kQoHeads, kKvHeads, D}));
-  std::size_t q_elems = static_cast<std::size_t>(sh.tail_len) * kQoHeads * D;
+  std::size_t q_elems = static_cast<std::size_t>(nq) * kQoHeads * D;
   s->q = cuda::DeviceBuffer<__nv_bfloat16>(q_elems);
   s->o = cuda::DeviceBuffer<__nv_bfloat16>(q_elems);
-  s->lse = cuda::DeviceBuffer<float>(static_cast<std::size_t>(sh.tail_len) * kQoHeads);
+  s->lse = cuda::DeviceBuffer<float>(static_cast<std::size_t>(nq) * kQoHeads);
   cuda::fill_uniform(s->q.data(), DType::kBFloat16, static_cast<std::int64_t>(q_elems), 5);
   const double kv = double(sh.num_docs) * sh.doc_len + sh.tail_len;
   s->flops = 4.0 * sh.tail_len * kv * D * kQoHeads;
   if (sh.num_docs == 0) s->flops /= 2;  // causal square
+  if (sh.queries > 0) {  // a chunk: query i sees the documents and the tail up to its own key
+    const double q = nq, before = kv - q;
+    s->flops = 4.0 * (q * before + q * (q + 1) / 2) * D * kQoHeads;
+  }
   LAZYATTN_CUDA_CHECK(cudaDeviceSynchronize());
   return s;
 }
@@ -219,7 +229,11 @@ int main(int argc, char** argv) {
                             {"encode_16384_d64", 0, 0, 16384, 64},
                             {"rag_tail_d256", 16, 512, 512, 256},
                             {"encode_4096_d256", 0, 0, 4096, 256},
-                            {"encode_16384_d256", 0, 0, 16384, 256}};
+                            {"encode_16384_d256", 0, 0, 16384, 256},
+                            {"chunk_1", 16, 512, 1024 + 1, 128, 1},
+                            {"chunk_17", 16, 512, 1024 + 17, 128, 17},
+                            {"chunk_129", 16, 512, 1024 + 129, 128, 129},
+                            {"chunk_2049", 16, 512, 1024 + 2049, 128, 2049}};
   for (const Shape& sh : shapes) {
     const std::vector<Mode> modes{Mode::kLocal,           Mode::kRaw,
                                   Mode::kRopeOff,         Mode::kLocalMma,
@@ -229,6 +243,7 @@ int main(int argc, char** argv) {
                                   Mode::kLocalFp8,        Mode::kRawFp8,
                                   Mode::kRopeOffFp8};
     for (Mode m : modes) {
+      if (sh.queries > 0 && m != Mode::kLocal && m != Mode::kRaw && m != Mode::kRopeOff) continue;
       std::string n = "prefill/" + sh.name + "/" + name(m);
       benchmark::RegisterBenchmark(n.c_str(), bench_prefill, sh, m)
           ->UseManualTime()
