@@ -1,7 +1,8 @@
 // The Hopper prefill's loading warpgroup (prefill/wgmma_ws.cuh): it streams one CTA's K/V tiles
-// through the ring of stages with cp.async (page-table gather) in the blocked 128-byte-swizzle
-// layout wgmma's descriptors read, signals each stage on its mbarrier (full) and reuses a stage
-// once both computing warpgroups have released it (empty).
+// through the ring of stages, whole tiles by the TMA (tma.cuh; head dims 64 and 128) and the
+// rest with cp.async (page-table gather), in the blocked 128-byte-swizzle layout wgmma's
+// descriptors read, signals each stage on its mbarrier (full) and reuses a stage once both
+// computing warpgroups have released it (empty).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -106,7 +107,8 @@ __device__ __forceinline__ void wgmma_load_kv(const PrefillParams& p, T* stages,
     // (two stages) the TMA measured 10-15% slower than the gather (H100, every prefill shape).
     if constexpr (kKv != KvTiles::kScratch && D != 256) {
       if (p.kv_tma && ti.rows == kTileKeys) {
-        if (ltid == 0) ptx::mbarrier_arrive_expect_tx(full_bar(stage), 2 * kTileKeys * D * sizeof(T));
+        constexpr std::uint32_t kTileBytes = 2 * kTileKeys * D * sizeof(T);  // K and V
+        if (ltid == 0) ptx::mbarrier_arrive_expect_tx(full_bar(stage), kTileBytes);
         else ptx::mbarrier_arrive(full_bar(stage));
         const bool k_scratch =
             kKv == KvTiles::kRawScratch && ti.form == static_cast<std::int32_t>(StorageForm::kRaw);

@@ -4,9 +4,9 @@
 // the mma.sync kernel (prefill/mma_sync.cuh). One CTA takes 128 query rows (GQA-packed) of one
 // request and one KV head.
 //  - Loading (prefill/wgmma_loader.cuh): warpgroup 2 (24 registers; the others take the rest with
-//    setmaxnreg) streams the K/V tiles through a ring of stages (four; two at head dim 256) with
-//    cp.async (page-table gather) in the blocked 128-byte-swizzle layout wgmma's descriptors
-//    read, and signals each stage on an mbarrier (full); the computing warps release a stage on
+//    setmaxnreg) streams the K/V tiles through a ring of stages (four; two at head dim 256) by
+//    the TMA (whole tiles at head dims 64 and 128) or cp.async (page-table gather) in the
+//    blocked 128-byte-swizzle layout wgmma's descriptors read, and signals each stage on an mbarrier (full); the computing warps release a stage on
 //    another (empty) once both its wgmmas are done. Raw-form K tiles (keys stored before RoPE,
 //    KvTiles::kRawScratch) come rotated to R(key0 + row) k, what a local-form page holds, from a
 //    pass before the kernel (prefill/raw_keys.cuh), so the computing warps treat the two forms
