@@ -16,6 +16,19 @@ namespace lazyattn::cuda {
 
 namespace detail {
 
+// The driver function `name` (the CUDA 12.0 form) through the runtime's driver entry points, so
+// nothing links to libcuda; null where the driver does not have it.
+template <class Fn>
+Fn driver_entry_point(const char* name) {
+  void* fn = nullptr;
+  cudaDriverEntryPointQueryResult found{};
+  if (cudaGetDriverEntryPointByVersion(name, &fn, 12000, cudaEnableDefault, &found) !=
+          cudaSuccess ||
+      found != cudaDriverEntryPointSuccess)
+    return nullptr;
+  return reinterpret_cast<Fn>(fn);
+}
+
 // The current context's unique id (cuCtxGetId, through the runtime's driver entry points, so no
 // link to libcuda), or 0 when there is none yet. A context made after cudaDeviceReset gets a new
 // id, so attributes set in the old one are not mistaken for set.
@@ -26,20 +39,8 @@ inline unsigned long long current_context_id() {
     GetCurrent get_current = nullptr;
     GetId get_id = nullptr;
   };
-  static const Fns fns = [] {
-    Fns f;
-    void* p = nullptr;
-    cudaDriverEntryPointQueryResult found{};
-    if (cudaGetDriverEntryPointByVersion("cuCtxGetCurrent", &p, 12000, cudaEnableDefault, &found) ==
-            cudaSuccess &&
-        found == cudaDriverEntryPointSuccess)
-      f.get_current = reinterpret_cast<GetCurrent>(p);
-    if (cudaGetDriverEntryPointByVersion("cuCtxGetId", &p, 12000, cudaEnableDefault, &found) ==
-            cudaSuccess &&
-        found == cudaDriverEntryPointSuccess)
-      f.get_id = reinterpret_cast<GetId>(p);
-    return f;
-  }();
+  static const Fns fns{driver_entry_point<GetCurrent>("cuCtxGetCurrent"),
+                       driver_entry_point<GetId>("cuCtxGetId")};
   CUcontext ctx = nullptr;
   unsigned long long id = 0;
   if (!fns.get_current || !fns.get_id || fns.get_current(&ctx) != CUDA_SUCCESS || !ctx ||

@@ -8,27 +8,30 @@
 
 #include <cstdint>
 
+#include "lazyattn/cuda/dispatch.cuh"
+
 namespace lazyattn::cuda {
 
 namespace detail {
 
-// cuTensorMapEncodeTiled through the runtime's driver entry points (no link to libcuda), or null
-// where the driver does not have it.
-inline auto tensor_map_encoder() {
+// A map of `rank` dimensions of 16-bit elements from `base` (dims and boxes innermost first,
+// strides in bytes of dims 1 on), boxes written to shared memory in the 128-byte swizzle
+// (blocked_swizzle's layout), through cuTensorMapEncodeTiled (driver_entry_point). False where the
+// driver has no such function or refuses the geometry.
+inline bool encode_16bit_map(CUtensorMap* map, const void* base, cuuint32_t rank,
+                             const cuuint64_t* dims, const cuuint64_t* strides,
+                             const cuuint32_t* box) {
   using Encode = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*,
                               const cuuint64_t*, const cuuint64_t*, const cuuint32_t*,
                               const cuuint32_t*, CUtensorMapInterleave, CUtensorMapSwizzle,
                               CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
-  static const Encode encode = [] {
-    void* fn = nullptr;
-    cudaDriverEntryPointQueryResult found{};
-    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault,
-                                         &found) != cudaSuccess ||
-        found != cudaDriverEntryPointSuccess)
-      return static_cast<Encode>(nullptr);
-    return reinterpret_cast<Encode>(fn);
-  }();
-  return encode;
+  static const Encode encode = driver_entry_point<Encode>("cuTensorMapEncodeTiled");
+  const cuuint32_t elem_strides[4] = {1, 1, 1, 1};
+  return encode && rank <= 4 &&
+         encode(map, CU_TENSOR_MAP_DATA_TYPE_UINT16, rank, const_cast<void*>(base), dims, strides,
+                box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) ==
+             CUDA_SUCCESS;
 }
 
 // The rows of one box of a page map: a whole page up to a 64-key tile's worth.
@@ -41,8 +44,7 @@ inline int page_box_rows(int page_size) { return page_size < 64 ? page_size : 64
 // it (no entry point, or a geometry the TMA does not take); the caller then copies with cp.async.
 inline bool encode_page_map(CUtensorMap* map, const void* layer_base, int head_dim, int page_size,
                             int num_kv_heads, std::int64_t num_pages) {
-  const auto encode = tensor_map_encoder();
-  if (!encode || head_dim % 64 != 0 || page_size < 8 || num_pages < 1 ||
+  if (head_dim % 64 != 0 || page_size < 8 || num_pages < 1 ||
       reinterpret_cast<std::uintptr_t>(layer_base) % 16 != 0)
     return false;
   constexpr cuuint64_t kElem = 2;
@@ -55,11 +57,7 @@ inline bool encode_page_map(CUtensorMap* map, const void* layer_base, int head_d
                                  row * static_cast<cuuint64_t>(page_size) *
                                      static_cast<cuuint64_t>(num_kv_heads)};
   const cuuint32_t box[4] = {64, static_cast<cuuint32_t>(page_box_rows(page_size)), 1, 1};
-  const cuuint32_t elem_strides[4] = {1, 1, 1, 1};
-  return encode(map, CU_TENSOR_MAP_DATA_TYPE_UINT16, 4, const_cast<void*>(layer_base), dims,
-                strides, box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+  return encode_16bit_map(map, layer_base, 4, dims, strides, box);
 }
 
 // A map of the tile scratch (PrefillParams::tile_k: `rows` rows of head_dim 16-bit elements from
@@ -67,18 +65,13 @@ inline bool encode_page_map(CUtensorMap* map, const void* layer_base, int head_d
 // swizzled layout. Coordinates: (column, row). False where it cannot be made (rows past int32).
 inline bool encode_scratch_map(CUtensorMap* map, const void* base, int head_dim,
                                std::int64_t rows) {
-  const auto encode = tensor_map_encoder();
-  if (!encode || head_dim % 64 != 0 || rows < 64 || rows > 0x7fffffff ||
+  if (head_dim % 64 != 0 || rows < 64 || rows > 0x7fffffff ||
       reinterpret_cast<std::uintptr_t>(base) % 16 != 0)
     return false;
   const cuuint64_t dims[2] = {static_cast<cuuint64_t>(head_dim), static_cast<cuuint64_t>(rows)};
   const cuuint64_t strides[1] = {2 * static_cast<cuuint64_t>(head_dim)};
   const cuuint32_t box[2] = {64, 64};
-  const cuuint32_t elem_strides[2] = {1, 1};
-  return encode(map, CU_TENSOR_MAP_DATA_TYPE_UINT16, 2, const_cast<void*>(base), dims, strides,
-                box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) ==
-         CUDA_SUCCESS;
+  return encode_16bit_map(map, base, 2, dims, strides, box);
 }
 
 }  // namespace detail

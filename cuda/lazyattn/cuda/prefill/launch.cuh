@@ -232,6 +232,8 @@ inline void prefill(const PrefillArgs& args, const DevicePool& pool, const Devic
   const PrefillKernel chosen =
       resolve_prefill_kernel(args, plan, rope, kv_dtype, scratch.tiles_elems);
   const bool wgmma = chosen == PrefillKernel::kWgmmaWs;
+  // The Hopper kernel's tile scratch (raw-form K rotated, or fp8 K/V dequantized), or 0.
+  const std::int64_t tile_elems = wgmma ? prefill_tile_elems(args, plan, kv_dtype) : 0;
   // The Hopper kernel reads whole tiles of 16-bit pages, and raw-form K tiles of the raw-key
   // pass's scratch, with the TMA at head dims 64 and 128 (fp8 pools read their scratch; head
   // dim 256, page sizes under 8 and drivers without tensor maps gather with cp.async).
@@ -241,10 +243,9 @@ inline void prefill(const PrefillArgs& args, const DevicePool& pool, const Devic
                                       geo.num_kv_heads, geo.num_pages) &&
               detail::encode_page_map(&p.v_map, p.v_pool, geo.head_dim, geo.page_size,
                                       geo.num_kv_heads, geo.num_pages);
-    const std::int64_t raw_elems = prefill_tile_elems(args, plan, kv_dtype);
-    if (ok && raw_elems > 0)
+    if (ok && tile_elems > 0)  // raw-form K tiles (not fp8: excluded above)
       ok = detail::encode_scratch_map(&p.tile_k_map, scratch.tiles, ap.head_dim,
-                                      raw_elems / ap.head_dim);
+                                      tile_elems / ap.head_dim);
     p.kv_tma = ok ? 1 : 0;
   }
   int splits = args.kv_splits;
@@ -277,7 +278,6 @@ inline void prefill(const PrefillArgs& args, const DevicePool& pool, const Devic
         if constexpr (detail::wgmma_prefill_head_dim(D)) {
           // The attention kernel overlaps the pass's end (programmatic dependent launch: its
           // prologue runs while the pass drains; its loader waits for the pass).
-          const std::int64_t tile_elems = wgmma ? prefill_tile_elems(args, plan, kv_dtype) : 0;
           const bool after_pass = tile_elems > 0;
           if (after_pass) {
             p.tile_k = scratch.tiles;
