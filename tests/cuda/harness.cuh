@@ -240,6 +240,34 @@ struct DeviceScenario {
     lse = cuda::DeviceBuffer<float>(s.lse_size());
   }
 
+  // Moves host page i to device page n - 1 - i (n: the host store's pages) and uploads the plan
+  // with its page ids so mapped: a tile's pages then run backwards in the pool, never forwards
+  // (the prefill's TMA loader takes one box per page instead of one per run of pages).
+  void reverse_pages() {
+    const KvStoreConfig& c = sc.store->config();
+    const std::int64_t n = c.num_pages;
+    const PoolGeometry& geo = pool.geometry();
+    const std::size_t page_bytes =
+        static_cast<std::size_t>(geo.page_stride()) * static_cast<std::size_t>(size_of(c.dtype));
+    for (int layer = 0; layer < c.num_layers; ++layer) {
+      const std::size_t host_layer = static_cast<std::size_t>(layer) *
+                                     static_cast<std::size_t>(n) * page_bytes;
+      for (std::int64_t i = 0; i < n; ++i) {
+        const std::size_t to = static_cast<std::size_t>(n - 1 - i) * page_bytes;
+        const std::size_t from = host_layer + static_cast<std::size_t>(i) * page_bytes;
+        LAZYATTN_CUDA_CHECK(cudaMemcpy(static_cast<std::byte*>(pool.k_layer(layer)) + to,
+                                       sc.store->k_bytes() + from, page_bytes,
+                                       cudaMemcpyHostToDevice));
+        LAZYATTN_CUDA_CHECK(cudaMemcpy(static_cast<std::byte*>(pool.v_layer(layer)) + to,
+                                       sc.store->v_bytes() + from, page_bytes,
+                                       cudaMemcpyHostToDevice));
+      }
+    }
+    Plan reversed = sc.plan;
+    for (std::int32_t& id : reversed.page_ids) id = static_cast<std::int32_t>(n - 1 - id);
+    plan.upload(reversed, schedule);
+  }
+
   cuda::DecodeArgs args(bool rope_on, const void* q_ptr) {
     cuda::DecodeArgs a;
     a.dtype = io;

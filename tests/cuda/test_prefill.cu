@@ -24,7 +24,8 @@ bool wgmma_applies(const ScenarioSpec& s) {
 }
 
 // Deferred prefill against the float64 reference, with the eager baseline's error as the bar.
-void check_prefill(const test::ref::Scenario& sc) {
+// reversed_pages: the device pool holds the pages in reverse order (DeviceScenario::reverse_pages).
+void check_prefill(const test::ref::Scenario& sc, bool reversed_pages = false) {
   const ScenarioSpec& spec = sc.spec;
   std::vector<float> q = gpu::rounded_queries(sc);
   test::ref::Result ref{std::vector<float>(sc.out_size()), std::vector<float>(sc.lse_size())};
@@ -47,6 +48,7 @@ void check_prefill(const test::ref::Scenario& sc) {
     CHECK(r2.empty());
   };
   gpu::DeviceScenario ds(sc, -1);
+  if (reversed_pages) ds.reverse_pages();
   // Each kernel that takes the scenario (the mma.sync one always, the wgmma one where it applies:
   // then it is what kAuto picks), each with the automatic split choice, no split and a forced
   // 3-way split of every key range (most of these small scenarios get one split automatically,
@@ -101,13 +103,14 @@ ScenarioSpec wgmma_rag_spec(std::int64_t nq, int page_size = 16, int head_dim = 
 
 // A scenario the wgmma kernels take, checked on every kernel and split count (check_prefill);
 // one_segment: every request must have one segment (the warp-specialised one-segment form).
-void check_wgmma_spec(const ScenarioSpec& spec, bool one_segment = false) {
+void check_wgmma_spec(const ScenarioSpec& spec, bool one_segment = false,
+                      bool reversed_pages = false) {
   REQUIRE(wgmma_applies(spec));
   test::ref::Scenario sc = test::ref::make_scenario(spec);
   if (one_segment)
     for (const RequestLayout& r : sc.layouts) REQUIRE(r.segments.size() == 1);
   INFO(spec << "\n" << sc.layout_text);
-  check_prefill(sc);
+  check_prefill(sc, reversed_pages);
 }
 
 // Scenario i of a sweep over storage forms and rotary layouts (the caller sets the forms):
@@ -150,15 +153,17 @@ TEST_CASE("the wgmma prefill kernel on RAG tails and long query runs", "[cuda][p
   }
 }
 
-// Page sizes off the sweeps' 16 to 64 (4, 8, 128, 256): at head dims 64 and 128 whole tiles come
-// by the TMA in boxes of a page's rows (8: eight pages to a tile) or of 64 rows at a page's slot
-// 64, 128 or 192 (pages of 128 and 256 keys hold several tiles); under 8 keys, and at head dim
-// 256, the kernel gathers with cp.async. RAG tails (partial tiles, one-token segments) and
-// one-segment requests, local and raw form. (No commas in the name: scripts/gpu-check passes it
-// to Catch2, which reads a comma as "or".)
+// Page sizes off the sweeps' 16 to 64 (4, 8, 128, 256), and 16 with the pages in reverse order
+// in the pool. At head dims 64 and 128 whole tiles come by the TMA: in one box per 64 columns
+// where the tile's pages follow one another in the pool (the store allocates a document's so),
+// else in a box per page (the RAG tails here, whose pages are reversed), or in boxes of 64 rows
+// at a page's slot 64, 128 or 192 (pages of 128 and 256 keys hold several tiles); under 8 keys,
+// and at head dim 256, the kernel gathers with cp.async. RAG tails (partial tiles, one-token
+// segments) and one-segment requests, local and raw form. (No commas in the name:
+// scripts/gpu-check passes it to Catch2, which reads a comma as "or".)
 TEST_CASE("the wgmma prefill kernel over pages of 4 to 256 keys", "[cuda][prefill][hopper]") {
   int i = 0;
-  for (int page_size : {8, 128, 256, 4}) {
+  for (int page_size : {8, 16, 128, 256, 4}) {
     for (bool one_segment : {false, true}) {
       ScenarioSpec spec =
           wgmma_rag_spec(std::array<std::int64_t, 3>{129, 40, 300}[i % 3], page_size,
@@ -168,15 +173,15 @@ TEST_CASE("the wgmma prefill kernel over pages of 4 to 256 keys", "[cuda][prefil
         spec.num_queries = {spec.num_queries[0], 33, 70};
         spec.num_requests = 3;
       }
-      // Raw-form documents (RAG tails at pages of 8 and 256) or tails (one-segment requests at
-      // 128 and 4): their K tiles come from the raw-key pass's scratch.
+      // Raw-form documents (RAG tails at pages of 8, 128 and 4) or tails (one-segment requests
+      // at 16 and 256): their K tiles come from the raw-key pass's scratch.
       if ((i / 2) % 2 == (one_segment ? 1 : 0)) {
         spec.doc_form = StorageForm::kRaw;
         if (one_segment) spec.tail_form = StorageForm::kRaw;
       }
       spec.seed += 1000 * static_cast<std::uint64_t>(page_size);
-      INFO("page size " << page_size);
-      check_wgmma_spec(spec, one_segment);
+      INFO("page size " << page_size << (one_segment ? "" : ", pages reversed"));
+      check_wgmma_spec(spec, one_segment, /*reversed_pages=*/!one_segment);
       ++i;
     }
   }

@@ -42,8 +42,10 @@ inline int page_box_rows(int page_size) { return page_size < 64 ? page_size : 64
 // page and KV head, written to shared memory in the 128-byte swizzle (blocked_swizzle's layout).
 // Coordinates, innermost first: (column, slot, kv head, page). False where the driver cannot make
 // it (no entry point, or a geometry the TMA does not take); the caller then copies with cp.async.
+// run = true: a run map, whose boxes span 64 / page_size pages that follow one another in the
+// pool (page_size < 64), written as one 64-row tile.
 inline bool encode_page_map(CUtensorMap* map, const void* layer_base, int head_dim, int page_size,
-                            int num_kv_heads, std::int64_t num_pages) {
+                            int num_kv_heads, std::int64_t num_pages, bool run = false) {
   if (head_dim % 64 != 0 || page_size < 8 || num_pages < 1 ||
       reinterpret_cast<std::uintptr_t>(layer_base) % 16 != 0)
     return false;
@@ -56,7 +58,8 @@ inline bool encode_page_map(CUtensorMap* map, const void* layer_base, int head_d
   const cuuint64_t strides[3] = {row, row * static_cast<cuuint64_t>(page_size),
                                  row * static_cast<cuuint64_t>(page_size) *
                                      static_cast<cuuint64_t>(num_kv_heads)};
-  const cuuint32_t box[4] = {64, static_cast<cuuint32_t>(page_box_rows(page_size)), 1, 1};
+  const cuuint32_t box[4] = {64, static_cast<cuuint32_t>(page_box_rows(page_size)), 1,
+                             static_cast<cuuint32_t>(run ? 64 / page_box_rows(page_size) : 1)};
   return encode_16bit_map(map, layer_base, 4, dims, strides, box);
 }
 

@@ -239,10 +239,13 @@ inline void prefill(const PrefillArgs& args, const DevicePool& pool, const Devic
   // dim 256, page sizes under 8 and drivers without tensor maps gather with cp.async).
   if (wgmma && !fp8 && ap.head_dim != 256) {
     const PoolGeometry& geo = pool.geometry();
-    bool ok = detail::encode_page_map(&p.k_map, p.k_pool, geo.head_dim, geo.page_size,
-                                      geo.num_kv_heads, geo.num_pages) &&
-              detail::encode_page_map(&p.v_map, p.v_pool, geo.head_dim, geo.page_size,
-                                      geo.num_kv_heads, geo.num_pages);
+    auto maps = [&](bool run) {
+      return detail::encode_page_map(run ? &p.k_run_map : &p.k_map, p.k_pool, geo.head_dim,
+                                     geo.page_size, geo.num_kv_heads, geo.num_pages, run) &&
+             detail::encode_page_map(run ? &p.v_run_map : &p.v_map, p.v_pool, geo.head_dim,
+                                     geo.page_size, geo.num_kv_heads, geo.num_pages, run);
+    };
+    bool ok = maps(false) && maps(true);
     if (ok && tile_elems > 0)  // raw-form K tiles (not fp8: excluded above)
       ok = detail::encode_scratch_map(&p.tile_k_map, scratch.tiles, ap.head_dim,
                                       tile_elems / ap.head_dim);

@@ -49,12 +49,17 @@ struct PrefillParams {
   const float* k_scale = nullptr;
   const float* v_scale = nullptr;
   // The Hopper kernel over 16-bit pages (kv_tma = 1): maps of this layer's K and V pages
-  // (detail::encode_page_map) and, for raw-form tiles, of tile_k (detail::encode_scratch_map),
+  // (detail::encode_page_map; and in runs of pages) and, for raw-form tiles, of tile_k
+  // (detail::encode_scratch_map),
   // read by the TMA for every whole 64-key tile; 0: cp.async for all.
   std::int32_t kv_tma = 0;
   CUtensorMap k_map{};
   CUtensorMap v_map{};
   CUtensorMap tile_k_map{};
+  // Boxes of 64 / page_size consecutive pages (page sizes under 64): a tile whose pages follow
+  // one another in the pool comes in one box per 64 columns (encode_page_map's run form).
+  CUtensorMap k_run_map{};
+  CUtensorMap v_run_map{};
 };
 
 namespace detail {

@@ -75,8 +75,8 @@ __global__ void __launch_bounds__(kWgmmaWsThreads, 1)
   constexpr int kHalf = D / 2;  // the tables' row stride in pairs (rotary_dim <= D)
   // The loading warpgroup's registers: 24 (40 where it picks raw tiles' K from the scratch: at
   // 24 it spilled); the computing warpgroups share the rest of 3 x 168 (240 or 232).
-  constexpr int kLoadRegs = kKv == KvTiles::kRawScratch ? 40 : 24;
-  constexpr int kComputeRegs = (3 * 168 - kLoadRegs) / 2;
+  constexpr int kLoadRegs = kKv == KvTiles::kRawScratch ? 40 : kKv == KvTiles::kPages && kD != 256 ? 32 : 24;
+  constexpr int kComputeRegs = (3 * 168 - kLoadRegs) / 2 / 8 * 8;
   extern __shared__ __align__(1024) unsigned char smem[];
   if ((ptx::smem_addr(smem) & 1023u) != 0) __trap();  // the swizzle keys on address bits
   T* q_raw = reinterpret_cast<T*>(smem + Shape::kQRaw);
