@@ -17,6 +17,7 @@ docs/07-python.md.
     o, lse = pool.prefill(plan, q, layer=0, query_rotated=True)
 """
 from ._capi import LazyAttnError, LazyAttnValueError
+from ._collective import RankError
 from .layout import Document, Tail, back_to_back, gapped, parallel, tail_start
 from .plan import Destinations, Plan
 from .pool import Pool
@@ -26,7 +27,7 @@ from . import ops
 __version__ = "0.2.0"
 
 __all__ = ["Rope", "Pool", "Document", "Tail", "Plan", "Destinations", "LazyAttnError",
-           "LazyAttnValueError", "back_to_back", "parallel", "gapped", "tail_start", "ops",
+           "LazyAttnValueError", "RankError", "back_to_back", "parallel", "gapped", "tail_start", "ops",
            "library_path"]
 
 

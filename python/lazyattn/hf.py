@@ -22,6 +22,13 @@ An fp8 cache: DocumentStore(model, num_pages, dtype=torch.float8_e4m3fn, k_scale
 stores every K/V the model writes (documents, questions, generated tokens) as e4m3(x / scale),
 one scale per layer and KV head; the model's bfloat16 or float16 queries attend over the
 dequantized values, and store.fp8_saturated() counts the values that saturated.
+
+Tensor parallelism: a model loaded with transformers' tp_plan (launched with torchrun) gives each
+rank its share of the query and KV heads, and DocumentStore(model, ...) then makes a pool of the
+rank's KV heads only. Every rank calls add(), cache() and inputs() with the same arguments; the
+ranks compare the document keys, layouts, question tokens and their pools' bookkeeping
+fingerprints in one small collective per call and agree on every step a rank could fail alone,
+so every rank makes the same cache decisions and a failure on one raises RankError on all.
 """
 import contextvars
 import hashlib
@@ -31,6 +38,7 @@ import torch
 from transformers import AttentionInterface
 from transformers.cache_utils import Cache, CacheLayerMixin
 
+from . import _collective, _scales
 from .layout import Document
 from .pool import Pool
 from .rope import Rope
@@ -73,6 +81,41 @@ def _text_config(config):
 def _fingerprint(config):
     text = json.dumps(config.to_dict(), sort_keys=True, default=str)
     return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=16).digest(), "little")
+
+
+def _local_heads(model, num_qo_heads, num_kv_heads, head_dim, tp_size):
+    """(query heads, KV heads) of one tensor-parallel rank: transformers' plan splits q_proj and
+    k_proj by output rows, so each rank holds 1/tp_size of either; checked against the rank's
+    k_proj where the model has one."""
+    if tp_size == 1:
+        return num_qo_heads, num_kv_heads
+    if num_qo_heads % tp_size or num_kv_heads % tp_size:
+        raise ValueError("lazyattn.hf.DocumentStore: %d query heads and %d KV heads over %d "
+                         "tensor-parallel ranks, expected both divisible by the ranks"
+                         % (num_qo_heads, num_kv_heads, tp_size))
+    kv = num_kv_heads // tp_size
+    for module in model.modules():
+        proj = getattr(module, "k_proj", None)
+        if isinstance(proj, torch.nn.Linear):
+            w = proj.weight
+            rows = (w.to_local() if hasattr(w, "to_local") else w).shape[0]
+            if rows != kv * head_dim:
+                raise ValueError("lazyattn.hf.DocumentStore: this rank's k_proj has %d output rows, "
+                                 "expected %d (%d KV heads / %d ranks x head dim %d): the model is "
+                                 "not split by heads as transformers' tensor-parallel plan splits "
+                                 "it" % (rows, kv * head_dim, num_kv_heads, tp_size, head_dim))
+            break
+    return num_qo_heads // tp_size, kv
+
+
+def _rank_scales(name, value, num_layers, num_kv_heads, heads):
+    """A tensor-parallel rank's share [num_layers, heads[1] - heads[0]] of fp8 scales given for
+    the model's num_kv_heads (checked whole first, so a bad one is named by its global head)."""
+    if value is None:
+        return None
+    flat = _scales.per_head("lazyattn.hf.DocumentStore", name, value, num_layers, num_kv_heads)
+    return [flat[l * num_kv_heads + heads[0]:l * num_kv_heads + heads[1]]
+            for l in range(num_layers)]
 
 
 class _Layer(CacheLayerMixin):
@@ -211,6 +254,36 @@ class _EncodeCache(_PoolCache):
         self._closed = True
 
 
+def _resolve(store, requests, question_starts):
+    """The requests' documents at their starts and the questions' starts, checked (documents of
+    this store, live, starts given for all or none); changes nothing."""
+    where = "lazyattn.hf.RagCache"
+    if question_starts is not None and len(question_starts) != len(requests):
+        raise ValueError("%s: %d question_starts for %d requests, expected one each"
+                         % (where, len(question_starts), len(requests)))
+    placed_all, starts = [], []
+    for b, req in enumerate(requests):
+        items = []
+        for j, r in enumerate(req):
+            doc, start = (r, None) if isinstance(r, Document) else (r[0], r[1])
+            store._check_document(doc, "%s: request %d item %d" % (where, b, j))
+            items.append((doc, start))
+        if all(s is None for _, s in items):
+            pos, placed = 0, []
+            for doc, _ in items:
+                placed.append((doc, pos))
+                pos += doc.length
+        elif any(s is None for _, s in items):
+            raise ValueError("%s: request %d mixes documents with and without starts"
+                             % (where, b))
+        else:
+            placed = [(d, int(s)) for d, s in items]
+        end = max([s + d.length for d, s in placed] or [0])
+        placed_all.append(placed)
+        starts.append(int(question_starts[b]) if question_starts is not None else end)
+    return placed_all, starts
+
+
 class RagCache(_PoolCache):
     """A batch of RAG requests over a DocumentStore, as a transformers Cache for generate().
     Each request is a list of Documents (back to back from position 0) or of (Document, start)
@@ -221,25 +294,9 @@ class RagCache(_PoolCache):
         super().__init__(store)
         self.layouts, self.tails, self.starts = [], [], []
         self._pinned = []
+        placed_all, starts = _resolve(store, requests, question_starts)
         try:
-            for b, req in enumerate(requests):
-                items = []
-                for j, r in enumerate(req):
-                    doc, start = (r, None) if isinstance(r, Document) else (r[0], r[1])
-                    store._check_document(doc, "lazyattn.hf.RagCache: request %d item %d" % (b, j))
-                    items.append((doc, start))
-                if all(s is None for _, s in items):
-                    pos, placed = 0, []
-                    for doc, _ in items:
-                        placed.append((doc, pos))
-                        pos += doc.length
-                elif any(s is None for _, s in items):
-                    raise ValueError("lazyattn.hf.RagCache: request %d mixes documents with and "
-                                     "without starts" % b)
-                else:
-                    placed = [(d, int(s)) for d, s in items]
-                end = max([s + d.length for d, s in placed] or [0])
-                start = int(question_starts[b]) if question_starts is not None else end
+            for placed, start in zip(placed_all, starts):
                 for d, _ in placed:  # pinned while the cache is in use
                     d.pin()
                     self._pinned.append(d)
@@ -254,12 +311,25 @@ class RagCache(_PoolCache):
     def inputs(self, question_ids):
         """generate()'s inputs for the questions [B, n] (token ids): input_ids, an all-ones
         attention_mask and the position ids the layouts give the questions."""
-        ids = torch.as_tensor(question_ids)
-        if ids.dim() == 1:
-            ids = ids[None]
-        if ids.shape[0] != len(self.tails):
-            raise ValueError("lazyattn.hf.RagCache.inputs: %d questions for %d requests"
-                             % (ids.shape[0], len(self.tails)))
+        g = self.store._group
+        error, seen = None, None
+        try:
+            ids = torch.as_tensor(question_ids)
+            if ids.dim() == 1:
+                ids = ids[None]
+            if ids.dim() != 2 or ids.shape[0] != len(self.tails):
+                raise ValueError("lazyattn.hf.RagCache.inputs: %d questions for %d requests "
+                                 "(shape %s), expected [%d, n] token ids"
+                                 % (ids.shape[0] if ids.dim() else 0, len(self.tails),
+                                    list(ids.shape), len(self.tails)))
+            if g is not None:
+                seen = _collective.digest(list(ids.shape), ids.tolist())
+        except Exception as e:
+            if g is None:
+                raise
+            error = e
+        if g is not None:  # transformers' tensor parallelism needs the same tokens on every rank
+            g.exchange("lazyattn.hf.RagCache.inputs", error, [("question token ids", 2, seen)])
         device = self.pool.device_obj
         ids = ids.to(device)
         n = ids.shape[1]
@@ -311,9 +381,43 @@ class DocumentStore:
     1) under a bfloat16 or float16 model (lazyattn.Pool)."""
 
     def __init__(self, model, num_pages, page_size=16, device=None, dtype=None, eviction="lru",
-                 k_scale=None, v_scale=None):
+                 k_scale=None, v_scale=None, group="auto"):
+        self.pool = self.rope = None
         config = _text_config(model.config)
         self.model, self.config = model, config
+        pg, self.tp_size, self.tp_rank = _collective.tensor_parallel(model, group)
+        param = next(model.parameters())
+        device = device if device is not None else param.device
+        self._group = _collective.Group(pg, torch.device(device)) if pg is not None else None
+        error = None
+        try:
+            self._open(model, config, num_pages, page_size, device, dtype, eviction, k_scale,
+                       v_scale, param)
+        except Exception as e:
+            error = e
+            if self._group is None:
+                self.close()
+                raise
+        if self._group is not None:
+            settings = None if error is not None else _collective.digest(
+                num_pages, page_size, str(self.pool.dtype), eviction, self.pool.num_layers,
+                self.pool.head_dim, self.num_qo_heads * self.tp_size)
+            try:
+                self._group.exchange("lazyattn.hf.DocumentStore", error,
+                                     [("store settings", 2, settings)])
+            except BaseException:
+                self.close()
+                raise
+        model.set_attn_implementation(NAME)
+        if model.config._attn_implementation != NAME:
+            self.close()
+            raise RuntimeError("lazyattn.hf.DocumentStore: the model did not take the lazyattn "
+                               "attention implementation (it has %r)"
+                               % model.config._attn_implementation)
+        self._base = getattr(model, model.base_model_prefix, model)
+
+    def _open(self, model, config, num_pages, page_size, device, dtype, eviction, k_scale,
+              v_scale, param):
         layer_types = getattr(config, "layer_types", None) or []
         if "sliding_attention" in layer_types or (
                 getattr(config, "sliding_window", None) is not None
@@ -321,35 +425,32 @@ class DocumentStore:
             raise ValueError("lazyattn.hf.DocumentStore: the config uses sliding-window "
                              "attention (sliding_window %s), expected full attention"
                              % getattr(config, "sliding_window", None))
-        self.num_qo_heads = config.num_attention_heads
-        num_kv_heads = getattr(config, "num_key_value_heads", None) or self.num_qo_heads
-        head_dim = getattr(config, "head_dim", None) or config.hidden_size // self.num_qo_heads
-        param = next(model.parameters())
-        device = device if device is not None else param.device
+        num_qo_heads = config.num_attention_heads
+        num_kv_heads = getattr(config, "num_key_value_heads", None) or num_qo_heads
+        head_dim = getattr(config, "head_dim", None) or config.hidden_size // num_qo_heads
+        # A tensor-parallel rank holds its share of the heads: query heads
+        # [rank * q, (rank + 1) * q) and KV heads [rank * kv, (rank + 1) * kv).
+        self.num_qo_heads, kv = _local_heads(model, num_qo_heads, num_kv_heads, head_dim,
+                                             self.tp_size)
+        self.kv_heads = (self.tp_rank * kv, (self.tp_rank + 1) * kv)
         if dtype == torch.float8_e4m3fn and param.dtype not in (torch.bfloat16, torch.float16):
             raise ValueError("lazyattn.hf.DocumentStore: an fp8 cache under a %s model, expected "
                              "a torch.bfloat16 or torch.float16 model (its queries and the K/V "
                              "the cache quantizes)" % param.dtype)
+        if self.tp_size > 1:
+            k_scale = _rank_scales("k_scale", k_scale, config.num_hidden_layers, num_kv_heads,
+                                   self.kv_heads)
+            v_scale = _rank_scales("v_scale", v_scale, config.num_hidden_layers, num_kv_heads,
+                                   self.kv_heads)
         self.rope = Rope(config, device=device)
         if self.rope.depends_on_length:
             raise ValueError("lazyattn.hf.DocumentStore: the config's RoPE schedule depends on "
                              "the request length (dynamic, longrope), expected one that does not: "
                              "documents are stored rotated by the model (local form)")
-        try:
-            self.pool = Pool(config.num_hidden_layers, num_kv_heads, head_dim, num_pages,
-                             page_size=page_size, dtype=dtype or param.dtype, device=device,
-                             rope=self.rope, eviction=eviction, k_scale=k_scale,
-                             v_scale=v_scale)
-        except BaseException:
-            self.rope.close()
-            raise
+        self.pool = Pool(config.num_hidden_layers, kv, head_dim, num_pages,
+                         page_size=page_size, dtype=dtype or param.dtype, device=device,
+                         rope=self.rope, eviction=eviction, k_scale=k_scale, v_scale=v_scale)
         self.fingerprint = _fingerprint(config)
-        model.set_attn_implementation(NAME)
-        if model.config._attn_implementation != NAME:
-            raise RuntimeError("lazyattn.hf.DocumentStore: the model did not take the lazyattn "
-                               "attention implementation (it has %r)"
-                               % model.config._attn_implementation)
-        self._base = getattr(model, model.base_model_prefix, model)
 
     def _key(self, ids):
         hi, lo = self.pool.key_of(tokens=ids)
@@ -367,34 +468,97 @@ class DocumentStore:
     @torch.inference_mode()
     def add(self, token_ids):
         """The document of these token ids (1-d), encoded by the model at positions 0..len-1
-        the first time (a hit after that); pinned until unpinned or the store closes."""
-        ids = torch.as_tensor(token_ids).reshape(-1)
-        key = self._key(ids)
+        the first time (a hit after that); pinned until unpinned or the store closes. Under
+        tensor parallelism every rank calls it with the same ids; a failure on any rank raises
+        RankError on every rank, and the ranks' stores stay equal."""
+        where = "lazyattn.hf.DocumentStore.add"
+        g = self._group
+        error, key, ids = None, None, None
+        try:
+            ids = torch.as_tensor(token_ids).reshape(-1)
+            if ids.numel() == 0 or ids.is_floating_point() or ids.is_complex():
+                raise ValueError("%s: %d token ids of dtype %s, expected at least one integer id"
+                                 % (where, ids.numel(), ids.dtype))
+            key = self._key(ids)
+        except Exception as e:
+            if g is None:
+                raise
+            error = e
+        if g is not None:  # the same document and the same store state on every rank
+            g.exchange(where, error, [
+                ("document (token count and key)", 3, None if key is None else [ids.numel(), *key]),
+                ("store state (pool fingerprint: the ranks' stores diverged)", 1,
+                 [self.pool.fingerprint()])])
         doc = self.pool.find(key=key, form="local", pin=True)
         if doc is not None and doc.info()["committed"]:
             return doc
         if doc is not None:
             doc.unpin()
-        doc, inserted = self.pool.allocate(ids.numel(), "local", key=key)
+        error, doc, inserted = None, None, False
+        try:
+            doc, inserted = self.pool.allocate(ids.numel(), "local", key=key)
+        except Exception as e:
+            if g is None:
+                raise
+            error = e
+        if g is not None:  # before the model's own collectives
+            try:
+                g.agree(where + " (allocating pages)", error)
+            except BaseException:
+                if doc is not None:
+                    doc.unpin()
+                    if inserted:
+                        doc.erase()
+                raise
         if not inserted:
             return doc
         enc = _EncodeCache(self, doc)
+        error = None
         try:
             dev = self.pool.device_obj
             self._base(input_ids=ids[None].to(dev), position_ids=torch.arange(
                 ids.numel(), device=dev)[None], past_key_values=enc, use_cache=True)
+        except BaseException as e:
+            error = e
+        finally:
+            enc.close()
+        try:
+            if g is not None:
+                g.agree(where + " (encoding)", error if isinstance(error, Exception) else None)
+            if error is not None:
+                raise error
             self.pool.commit(doc)
         except BaseException:
             doc.unpin()
             doc.erase()
             raise
-        finally:
-            enc.close()
         return doc
 
     def cache(self, requests, question_starts=None):
-        """A RagCache for generate(): one layout per request (see RagCache)."""
+        """A RagCache for generate(): one layout per request (see RagCache). Under tensor
+        parallelism every rank calls it with the same requests (its own handles of the same
+        documents); RankError on every rank otherwise."""
+        g = self._group
+        if g is not None:
+            error, layout = None, None
+            try:
+                placed_all, starts = _resolve(self, requests, question_starts)
+                layout = _collective.digest(
+                    [[(d.key, d.length, s) for d, s in p] for p in placed_all], starts)
+            except Exception as e:
+                error = e
+            g.exchange("lazyattn.hf.DocumentStore.cache", error, [
+                ("request layout (documents and starts)", 2, layout),
+                ("store state (pool fingerprint: the ranks' stores diverged)", 1,
+                 [self.pool.fingerprint()])])
         return RagCache(self, requests, question_starts)
+
+    def check_ranks(self):
+        """Raises RankError on every rank when the tensor-parallel ranks' stores differ (their
+        pool fingerprints); nothing without tensor parallelism. A collective."""
+        if self._group is not None:
+            self._group.exchange("lazyattn.hf.DocumentStore.check_ranks", None, [
+                ("store state (pool fingerprint)", 1, [self.pool.fingerprint()])])
 
     def stats(self):
         return self.pool.stats()
@@ -404,5 +568,7 @@ class DocumentStore:
         return self.pool.fp8_saturated(reset)
 
     def close(self):
-        self.pool.close()
-        self.rope.close()
+        if self.pool is not None:
+            self.pool.close()
+        if self.rope is not None:
+            self.rope.close()

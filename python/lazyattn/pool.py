@@ -136,6 +136,14 @@ class Pool(_Owned):
         _capi.call("pool_stats_get", self._live("lazyattn.Pool.stats"), ctypes.byref(s))
         return {name: getattr(s, name) for name, _ in _capi.PoolStats._fields_}
 
+    def fingerprint(self):
+        """A 64-bit hash of everything that decides what the bookkeeping does next (documents,
+        tails, pins, use clock, free lists, statistics): pools given the same calls in the same
+        order have equal ones (tensor-parallel ranks compare them)."""
+        out = ctypes.c_uint64()
+        _capi.call("pool_fingerprint", self._live("lazyattn.Pool.fingerprint"), ctypes.byref(out))
+        return out.value
+
     def _rope(self, rope, where, needed=True):
         rope = rope if rope is not None else self.rope
         if rope is None and needed:
