@@ -27,8 +27,8 @@ from . import ops
 __version__ = "0.2.0"
 
 __all__ = ["Rope", "Pool", "Document", "Tail", "Plan", "Destinations", "LazyAttnError",
-           "LazyAttnValueError", "RankError", "back_to_back", "parallel", "gapped", "tail_start", "ops",
-           "library_path"]
+           "LazyAttnValueError", "RankError", "back_to_back", "parallel", "gapped", "tail_start",
+           "ops", "library_path"]
 
 
 def library_path():

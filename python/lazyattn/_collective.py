@@ -97,20 +97,20 @@ def tensor_parallel(model, group):
     that one."""
     if group is None:
         return None, 1, 0
-    if group == "auto":
-        mesh = getattr(model, "_device_mesh", None) or getattr(model, "device_mesh", None)
-        size = getattr(model, "_tp_size", None) or getattr(model, "tp_size", None)
-        if mesh is None and not size:
+    if isinstance(group, str) and group == "auto":
+        # transformers (DistributedMixin.maybe_distribute_model) sets _tp_size and _device_mesh
+        # on a model loaded with a tensor-parallel plan; its mesh has a "tp" dimension when it
+        # has several.
+        size = getattr(model, "_tp_size", None)
+        mesh = getattr(model, "_device_mesh", None)
+        if not size or size == 1 or mesh is None:
             return None, 1, 0
         if not dist.is_available() or not dist.is_initialized():
             raise RuntimeError("lazyattn.hf.DocumentStore: the model is tensor-parallel (tp_size "
                                "%s) but torch.distributed is not initialized" % size)
-        if mesh is not None:
-            if "tp" in (getattr(mesh, "mesh_dim_names", None) or ()):
-                mesh = mesh["tp"]
-            pg = mesh.get_group()
-        else:
-            pg = dist.group.WORLD
+        if getattr(mesh, "ndim", 1) > 1:
+            mesh = mesh["tp"]
+        pg = mesh.get_group()
     else:
         if not isinstance(group, dist.ProcessGroup):
             raise TypeError("lazyattn.hf.DocumentStore: group %r, expected \"auto\", None or a "

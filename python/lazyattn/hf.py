@@ -100,10 +100,11 @@ def _local_heads(model, num_qo_heads, num_kv_heads, head_dim, tp_size):
             w = proj.weight
             rows = (w.to_local() if hasattr(w, "to_local") else w).shape[0]
             if rows != kv * head_dim:
-                raise ValueError("lazyattn.hf.DocumentStore: this rank's k_proj has %d output rows, "
-                                 "expected %d (%d KV heads / %d ranks x head dim %d): the model is "
-                                 "not split by heads as transformers' tensor-parallel plan splits "
-                                 "it" % (rows, kv * head_dim, num_kv_heads, tp_size, head_dim))
+                raise ValueError("lazyattn.hf.DocumentStore: this rank's k_proj has %d output "
+                                 "rows, expected %d (%d KV heads / %d ranks x head dim %d): the "
+                                 "model is not split by heads as transformers' tensor-parallel "
+                                 "plan splits it"
+                                 % (rows, kv * head_dim, num_kv_heads, tp_size, head_dim))
             break
     return num_qo_heads // tp_size, kv
 

@@ -60,7 +60,8 @@ def expect_rank_error(what, fn, store, checks):
         raise AssertionError("%s: no RankError" % what)
     after = store.pool.fingerprint()
     if after != before:
-        raise AssertionError("%s: the pool's fingerprint changed (%x -> %x)" % (what, before, after))
+        raise AssertionError("%s: the pool's fingerprint changed (%x -> %x)"
+                             % (what, before, after))
     store.check_ranks()
 
 
