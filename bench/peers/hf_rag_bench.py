@@ -61,6 +61,47 @@ def timed(fn, repeats, warmup=1):
     return statistics.median(out), out
 
 
+def lazy_times(model, store, shuffled, question, reps, steps):
+    """lazyattn.hf's time to first token (median and every sample, s) and decode ms per token
+    (generate() of steps + 1 tokens less generate() of 1, over steps): each prompt a RagCache over
+    shuffled()'s documents, then the question."""
+    def prompt():
+        cache = store.cache([shuffled()])
+        with torch.inference_mode():
+            logits = model(**cache.inputs(question), past_key_values=cache, logits_to_keep=1).logits
+            tok = logits[:, -1].argmax(-1)
+        cache.close()
+        return tok
+
+    def generate(n):
+        def run():
+            cache = store.cache([shuffled()])
+            with torch.inference_mode():
+                model.generate(**cache.inputs(question), past_key_values=cache, max_new_tokens=n,
+                               min_new_tokens=n, do_sample=False)
+            cache.close()
+        return run
+
+    ttft, ttft_all = timed(prompt, 2 * reps, warmup=2)
+    return ttft, ttft_all, per_token_ms(generate, reps, steps)
+
+
+def add_documents(store, docs_ids):
+    """The documents, each encoded into the store (a miss), and the seconds that took."""
+    t = time.perf_counter()
+    with torch.inference_mode():
+        docs = [store.add(ids) for ids in docs_ids]
+    torch.cuda.synchronize()
+    return docs, time.perf_counter() - t
+
+
+def per_token_ms(generate, reps, steps):
+    """Decode ms per token: generate(n)() of steps + 1 tokens less of 1, medians, over steps."""
+    g1, _ = timed(generate(1), reps)
+    gn, _ = timed(generate(steps + 1), reps)
+    return (gn - g1) / steps * 1e3
+
+
 def rotate_half(x):
     h = x.shape[-1] // 2
     return torch.cat([-x[..., h:], x[..., :h]], dim=-1)
@@ -124,38 +165,15 @@ def main():
 
     # ---- lazy ----------------------------------------------------------------------------------
     store = lh.DocumentStore(model, num_pages=(DOCS * DOC_LEN + 4096) // 16 + 64)
-    t = time.perf_counter()
-    with torch.inference_mode():
-        docs = [store.add(ids) for ids in docs_ids]
-    torch.cuda.synchronize()
-    out["lazy_encode_s_first"] = time.perf_counter() - t
+    docs, out["lazy_encode_s_first"] = add_documents(store, docs_ids)
 
-    def lazy_prompt():
+    def shuffled():
         order = docs[:]
         rng.shuffle(order)
-        cache = store.cache([order])
-        with torch.inference_mode():
-            logits = model(**cache.inputs(question), past_key_values=cache, logits_to_keep=1).logits
-            tok = logits[:, -1].argmax(-1)
-        cache.close()
-        return tok
+        return order
 
-    out["lazy_ttft_s"], out["lazy_ttft_all"] = timed(lazy_prompt, 2 * reps, warmup=2)
-
-    def lazy_generate(n):
-        def run():
-            order = docs[:]
-            rng.shuffle(order)
-            cache = store.cache([order])
-            with torch.inference_mode():
-                model.generate(**cache.inputs(question), past_key_values=cache, max_new_tokens=n,
-                               min_new_tokens=n, do_sample=False)
-            cache.close()
-        return run
-
-    g1, _ = timed(lazy_generate(1), reps)
-    gn, _ = timed(lazy_generate(steps + 1), reps)
-    out["lazy_decode_ms_per_token"] = (gn - g1) / steps * 1e3
+    out["lazy_ttft_s"], out["lazy_ttft_all"], out["lazy_decode_ms_per_token"] = lazy_times(
+        model, store, shuffled, question, reps, steps)
     out["lazy_store"] = store.stats()
 
     # ---- transformers: full prefill, Block-Attention re-encoding, static-cache decode -----------
@@ -221,9 +239,7 @@ def main():
                                disable_compile=True)
         return run
 
-    s1, _ = timed(static_generate(1), reps)
-    sn, _ = timed(static_generate(steps + 1), reps)
-    out["static_decode_ms_per_token"] = (sn - s1) / steps * 1e3
+    out["static_decode_ms_per_token"] = per_token_ms(static_generate, reps, steps)
     model.set_attn_implementation(lh.NAME)
 
     out["ttft_full_over_lazy"] = out["full_ttft_s"] / out["lazy_ttft_s"]

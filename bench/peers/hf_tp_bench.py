@@ -26,7 +26,8 @@ import torch.distributed as dist
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from hf_rag_bench import DOC_LEN, DOCS, QUESTION, llama31_8b, timed  # noqa: E402
+from hf_rag_bench import (DOC_LEN, DOCS, QUESTION, add_documents, lazy_times,  # noqa: E402
+                          llama31_8b, per_token_ms, timed)
 import lazyattn  # noqa: E402
 import lazyattn.hf as lh  # noqa: E402
 from transformers import AutoModelForCausalLM, LlamaForCausalLM  # noqa: E402
@@ -109,39 +110,15 @@ def main():
     store = lh.DocumentStore(model, num_pages=(DOCS * DOC_LEN + 4096) // 16 + 64,
                              group="auto" if world > 1 else dist.group.WORLD)
     out["store_tp_size"], out["pool_kv_heads"] = store.tp_size, store.pool.num_kv_heads
-    t = time.perf_counter()
-    with torch.inference_mode():
-        docs = [store.add(ids) for ids in docs_ids]
-    torch.cuda.synchronize()
-    out["lazy_encode_s_first"] = time.perf_counter() - t
+    docs, out["lazy_encode_s_first"] = add_documents(store, docs_ids)
 
     def orders():
         order = list(range(DOCS))
         rng.shuffle(order)
         return order
 
-    def lazy_prompt():
-        cache = store.cache([[docs[j] for j in orders()]])
-        with torch.inference_mode():
-            logits = model(**cache.inputs(question), past_key_values=cache,
-                           logits_to_keep=1).logits
-        cache.close()
-        return logits[:, -1].argmax(-1)
-
-    out["lazy_ttft_s"], out["lazy_ttft_all"] = timed(lazy_prompt, 2 * reps, warmup=2)
-
-    def lazy_generate(n):
-        def run():
-            cache = store.cache([[docs[j] for j in orders()]])
-            with torch.inference_mode():
-                model.generate(**cache.inputs(question), past_key_values=cache, max_new_tokens=n,
-                               min_new_tokens=n, do_sample=False)
-            cache.close()
-        return run
-
-    g1, _ = timed(lazy_generate(1), reps)
-    gn, _ = timed(lazy_generate(steps + 1), reps)
-    out["lazy_decode_ms_per_token"] = (gn - g1) / steps * 1e3
+    out["lazy_ttft_s"], out["lazy_ttft_all"], out["lazy_decode_ms_per_token"] = lazy_times(
+        model, store, lambda: [docs[j] for j in orders()], question, reps, steps)
     out["lazy_store"] = store.stats()
     store.check_ranks()
 
@@ -166,9 +143,7 @@ def main():
                                do_sample=False)
         return run
 
-    f1, _ = timed(full_generate(1), reps)
-    fn, _ = timed(full_generate(steps + 1), reps)
-    out["full_decode_ms_per_token"] = (fn - f1) / steps * 1e3
+    out["full_decode_ms_per_token"] = per_token_ms(full_generate, reps, steps)
     model.set_attn_implementation(lh.NAME)
     out["ttft_full_over_lazy"] = out["full_ttft_s"] / out["lazy_ttft_s"]
     out["decode_full_over_lazy"] = out["full_decode_ms_per_token"] / out["lazy_decode_ms_per_token"]
