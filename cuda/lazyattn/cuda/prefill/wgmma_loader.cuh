@@ -32,6 +32,14 @@ namespace lazyattn::cuda::detail {
 //    with them before its third tile: the one after the tables' inputs (kTablesBarrier: the
 //    builds over segments with RoPE), the one after the raw query landed, and the one that
 //    lets it write stages 2 and 3.
+// Whether the loader reads a tile whose pages follow one another in the pool as one TMA box per
+// 64 columns (the run maps): the paged kernels at head dim 128, where it measured 7-11% faster
+// than a box per page (local form and RoPE off, page size 16). At head dim 64 and in the raw form
+// the warp-wide run check measured slower (+3% to +10%), so they keep a box per page, issued by
+// one thread each.
+template <KvTiles kKv, int D>
+inline constexpr bool kLoaderRunMaps = kKv == KvTiles::kPages && D == 128;
+
 template <class T, int D, int S, KvTiles kKv, bool kStagesShared, bool kTablesBarrier>
 __device__ __forceinline__ void wgmma_load_kv(const PrefillParams& p, T* stages, std::uint32_t bars,
                                               int ltid, int lane, int tile_begin, int tile_end,
@@ -110,44 +118,58 @@ __device__ __forceinline__ void wgmma_load_kv(const PrefillParams& p, T* stages,
         constexpr std::uint32_t kTileBytes = 2 * kTileKeys * D * sizeof(T);  // K and V
         if (ltid == 0) ptx::mbarrier_arrive_expect_tx(full_bar(stage), kTileBytes);
         else ptx::mbarrier_arrive(full_bar(stage));
-        const bool k_scratch =
+        [[maybe_unused]] const bool k_scratch =
             kKv == KvTiles::kRawScratch && ti.form == static_cast<std::int32_t>(StorageForm::kRaw);
-        // Warp 0: lane j < npages reads the tile's page id j. Pages that follow one another in
-        // the pool (a document's, as the store allocates them) come in one box per 64 columns
-        // of the run maps (64 / page_size pages); otherwise lane j issues page box j: page
-        // j / (D / 64), columns 64 (j % (D / 64)) on, at most (64 / 8) x (128 / 64) = 16
-        // (page_size >= 8, encode_page_map).
-        if (lwarp == 0) {
-          const int rows_log2 = p.page_size_log2 < 6 ? p.page_size_log2 : 6;
-          const int npages = kTileKeys >> rows_log2;
-          const int my_page =
-              lane < npages
-                  ? p.plan.page_ids[ti.page_base + (ti.key0 >> p.page_size_log2) + lane]
-                  : 0;
-          const int page0 = __shfl_sync(0xffffffffu, my_page, 0);
-          if (npages > 1 &&
-              __all_sync(0xffffffffu, lane >= npages || my_page == page0 + lane)) {
-            if (lane < D / 64) {  // a run (page_size < 64, so slot 0)
-              const int at = lane * (kTileKeys * 64);
-              if (!k_scratch)
+        const int rows_log2 = p.page_size_log2 < 6 ? p.page_size_log2 : 6;
+        if constexpr (kLoaderRunMaps<kKv, D>) {
+          // Warp 0: lane j < npages reads the tile's page id j. Pages that follow one another
+          // in the pool (a document's, as the store allocates them) come in one box per 64
+          // columns of the run maps (64 / page_size pages); otherwise lane j issues page box j:
+          // page j / (D / 64), columns 64 (j % (D / 64)) on.
+          if (lwarp == 0) {
+            const int npages = kTileKeys >> rows_log2;
+            const int my_page =
+                lane < npages
+                    ? p.plan.page_ids[ti.page_base + (ti.key0 >> p.page_size_log2) + lane]
+                    : 0;
+            const int page0 = __shfl_sync(0xffffffffu, my_page, 0);
+            if (npages > 1 &&
+                __all_sync(0xffffffffu, lane >= npages || my_page == page0 + lane)) {
+              if (lane < D / 64) {  // a run (page_size < 64, so slot 0)
+                const int at = lane * (kTileKeys * 64);
                 ptx::tma_load_4d(ptx::smem_addr(ks + at), &p.k_run_map, full_bar(stage),
                                  64 * lane, 0, kv_head, page0);
-              ptx::tma_load_4d(ptx::smem_addr(vs + at), &p.v_run_map, full_bar(stage), 64 * lane,
-                               0, kv_head, page0);
-            }
-          } else {
-            const int page = __shfl_sync(0xffffffffu, my_page, lane / (D / 64));
-            if (lane < npages * (D / 64)) {
-              const int col_block = lane % (D / 64);
-              const int at =
-                  col_block * (kTileKeys * 64) + ((lane / (D / 64)) << rows_log2) * 64;
-              const int slot0 = ti.key0 & slot_mask;  // 0 unless a page holds several tiles
-              if (!k_scratch)
+                ptx::tma_load_4d(ptx::smem_addr(vs + at), &p.v_run_map, full_bar(stage),
+                                 64 * lane, 0, kv_head, page0);
+              }
+            } else {
+              const int page = __shfl_sync(0xffffffffu, my_page, lane / (D / 64));
+              if (lane < npages * (D / 64)) {
+                const int col_block = lane % (D / 64);
+                const int at =
+                    col_block * (kTileKeys * 64) + ((lane / (D / 64)) << rows_log2) * 64;
+                const int slot0 = ti.key0 & slot_mask;  // 0 unless a page holds several tiles
                 ptx::tma_load_4d(ptx::smem_addr(ks + at), &p.k_map, full_bar(stage),
                                  64 * col_block, slot0, kv_head, page);
-              ptx::tma_load_4d(ptx::smem_addr(vs + at), &p.v_map, full_bar(stage),
-                               64 * col_block, slot0, kv_head, page);
+                ptx::tma_load_4d(ptx::smem_addr(vs + at), &p.v_map, full_bar(stage),
+                                 64 * col_block, slot0, kv_head, page);
+              }
             }
+          }
+        } else {
+          // Page box j (thread j): the tile's page j / (D / 64), columns 64 (j % (D / 64)) on;
+          // at most (64 / 8) x (128 / 64) = 16 (page_size >= 8, encode_page_map).
+          if (ltid < ((kTileKeys * D / 64) >> rows_log2)) {
+            const int page_in = ltid / (D / 64), col_block = ltid % (D / 64);
+            const int page =
+                p.plan.page_ids[ti.page_base + (ti.key0 >> p.page_size_log2) + page_in];
+            const int at = col_block * (kTileKeys * 64) + (page_in << rows_log2) * 64;
+            const int slot0 = ti.key0 & slot_mask;  // 0 unless a page holds several tiles
+            if (!k_scratch)
+              ptx::tma_load_4d(ptx::smem_addr(ks + at), &p.k_map, full_bar(stage),
+                               64 * col_block, slot0, kv_head, page);
+            ptx::tma_load_4d(ptx::smem_addr(vs + at), &p.v_map, full_bar(stage), 64 * col_block,
+                             slot0, kv_head, page);
           }
         }
         if constexpr (kKv == KvTiles::kRawScratch) {

@@ -73,9 +73,10 @@ __global__ void __launch_bounds__(kWgmmaWsThreads, 1)
   constexpr int S = Shape::kRing;
   constexpr int KSteps = D / 16;
   constexpr int kHalf = D / 2;  // the tables' row stride in pairs (rotary_dim <= D)
-  // The loading warpgroup's registers: 24 (40 where it picks raw tiles' K from the scratch: at
-  // 24 it spilled); the computing warpgroups share the rest of 3 x 168 (240 or 232).
-  constexpr int kLoadRegs = kKv == KvTiles::kRawScratch ? 40 : kKv == KvTiles::kPages && kD != 256 ? 32 : 24;
+  // The loading warpgroup's registers: 24; 40 where it picks raw tiles' K from the scratch and 32
+  // where it checks for runs of pages (at 24 both spilled). The computing warpgroups share the
+  // rest of 3 x 168, rounded down to a multiple of 8 (240 or 232).
+  constexpr int kLoadRegs = kKv == KvTiles::kRawScratch ? 40 : kLoaderRunMaps<kKv, kD> ? 32 : 24;
   constexpr int kComputeRegs = (3 * 168 - kLoadRegs) / 2 / 8 * 8;
   extern __shared__ __align__(1024) unsigned char smem[];
   if ((ptx::smem_addr(smem) & 1023u) != 0) __trap();  // the swizzle keys on address bits
