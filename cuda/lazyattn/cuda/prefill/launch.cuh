@@ -245,7 +245,10 @@ inline void prefill(const PrefillArgs& args, const DevicePool& pool, const Devic
              detail::encode_page_map(run ? &p.v_run_map : &p.v_map, p.v_pool, geo.head_dim,
                                      geo.page_size, geo.num_kv_heads, geo.num_pages, run);
     };
-    bool ok = maps(false) && (ap.head_dim != 128 || maps(true));  // kLoaderRunMaps
+    // Run maps for the paged builds that read them (the raw builds at the same head dim get
+    // them too: which build runs is chosen below).
+    bool ok = maps(false) &&
+              (!detail::loader_run_maps(detail::KvTiles::kPages, ap.head_dim) || maps(true));
     if (ok && tile_elems > 0)  // raw-form K tiles (not fp8: excluded above)
       ok = detail::encode_scratch_map(&p.tile_k_map, scratch.tiles, ap.head_dim,
                                       tile_elems / ap.head_dim);

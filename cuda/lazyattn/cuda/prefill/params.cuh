@@ -49,15 +49,15 @@ struct PrefillParams {
   const float* k_scale = nullptr;
   const float* v_scale = nullptr;
   // The Hopper kernel over 16-bit pages (kv_tma = 1): maps of this layer's K and V pages
-  // (detail::encode_page_map; and in runs of pages) and, for raw-form tiles, of tile_k
-  // (detail::encode_scratch_map),
+  // (detail::encode_page_map) and, for raw-form tiles, of tile_k (detail::encode_scratch_map),
   // read by the TMA for every whole 64-key tile; 0: cp.async for all.
   std::int32_t kv_tma = 0;
   CUtensorMap k_map{};
   CUtensorMap v_map{};
   CUtensorMap tile_k_map{};
-  // Boxes of 64 / page_size consecutive pages (page sizes under 64): a tile whose pages follow
-  // one another in the pool comes in one box per 64 columns (encode_page_map's run form).
+  // Boxes of 64 / page_size consecutive pages (encode_page_map's run form), where
+  // detail::loader_run_maps: a tile whose pages follow one another in the pool comes in one box
+  // per 64 columns.
   CUtensorMap k_run_map{};
   CUtensorMap v_run_map{};
 };
@@ -68,6 +68,16 @@ namespace detail {
 // tiles' K from tile_k (rotated by the raw-key pass), the rest from pages; or every tile's K and V
 // from tile_k and tile_v (fp8 pools, dequantized by their pass).
 enum class KvTiles : int { kPages, kRawScratch, kScratch };
+
+// Whether the Hopper kernel's loader reads a tile whose pages follow one another in the pool as
+// one TMA box per 64 columns (PrefillParams::k_run_map / v_run_map): the paged builds at head dim
+// 128, where it measured 7-11% faster than a box per page (local form and RoPE off, page size
+// 16). In the raw form it measured 1-4% slower, and at head dim 64 the A/B did not settle it, so
+// those builds issue a box per page, one thread each. The launch makes the run maps where this
+// holds (docs/performance.md, "Runs of pages").
+constexpr bool loader_run_maps(KvTiles kv, int head_dim) {
+  return kv == KvTiles::kPages && head_dim == 128;
+}
 
 inline constexpr int kPrefillRows = kPrefillRowsPerQtile;  // = kPrefillTileRows (support.hpp)
 

@@ -32,13 +32,9 @@ namespace lazyattn::cuda::detail {
 //    with them before its third tile: the one after the tables' inputs (kTablesBarrier: the
 //    builds over segments with RoPE), the one after the raw query landed, and the one that
 //    lets it write stages 2 and 3.
-// Whether the loader reads a tile whose pages follow one another in the pool as one TMA box per
-// 64 columns (the run maps): the paged kernels at head dim 128, where it measured 7-11% faster
-// than a box per page (local form and RoPE off, page size 16). At head dim 64 and in the raw form
-// the warp-wide run check measured slower (+3% to +10%), so they keep a box per page, issued by
-// one thread each.
+// loader_run_maps (params.cuh) of a build.
 template <KvTiles kKv, int D>
-inline constexpr bool kLoaderRunMaps = kKv == KvTiles::kPages && D == 128;
+inline constexpr bool kLoaderRunMaps = loader_run_maps(kKv, D);
 
 template <class T, int D, int S, KvTiles kKv, bool kStagesShared, bool kTablesBarrier>
 __device__ __forceinline__ void wgmma_load_kv(const PrefillParams& p, T* stages, std::uint32_t bars,
