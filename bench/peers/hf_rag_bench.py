@@ -86,6 +86,29 @@ def lazy_times(model, store, shuffled, question, reps, steps):
     return ttft, ttft_all, per_token_ms(generate, reps, steps)
 
 
+def random_llama(config, device):
+    """A LlamaForCausalLM of `config` with random weights (torch seed 0), made in bfloat16 on
+    `device`."""
+    torch.manual_seed(0)
+    torch.set_default_dtype(torch.bfloat16)
+    with torch.device(device):
+        model = LlamaForCausalLM(config)
+    torch.set_default_dtype(torch.float32)
+    return model
+
+
+def greedy_generate(model, input_ids, **kwargs):
+    """generate(n) for per_token_ms: a run of model.generate() of exactly n greedy tokens after
+    input_ids() (called per run), with kwargs (the cache to use)."""
+    def generate(n):
+        def run():
+            with torch.inference_mode():
+                model.generate(input_ids=input_ids(), max_new_tokens=n, min_new_tokens=n,
+                               do_sample=False, **kwargs)
+        return run
+    return generate
+
+
 def add_documents(store, docs_ids):
     """The documents, each encoded into the store (a miss), and the seconds that took."""
     t = time.perf_counter()
@@ -145,13 +168,9 @@ def main():
     layers = 8 if quick else 32
     reps = 3 if quick else 7
     steps = 16 if quick else 64
-    torch.manual_seed(0)
     rng = random.Random(0)
     config = llama31_8b(layers)
-    torch.set_default_dtype(torch.bfloat16)
-    with torch.device("cuda"):
-        model = LlamaForCausalLM(config)
-    torch.set_default_dtype(torch.float32)
+    model = random_llama(config, "cuda")
     model.eval()
     dev = torch.device("cuda")
     vocab = config.vocab_size
@@ -229,17 +248,14 @@ def main():
     del cached
     torch.cuda.empty_cache()
 
-    def static_generate(n):
-        def run():
-            order = list(range(DOCS))
-            rng.shuffle(order)
-            with torch.inference_mode():
-                model.generate(input_ids=full_prompt_ids(order), max_new_tokens=n,
-                               min_new_tokens=n, do_sample=False, cache_implementation="static",
-                               disable_compile=True)
-        return run
+    def shuffled_prompt_ids():
+        order = list(range(DOCS))
+        rng.shuffle(order)
+        return full_prompt_ids(order)
 
-    out["static_decode_ms_per_token"] = per_token_ms(static_generate, reps, steps)
+    out["static_decode_ms_per_token"] = per_token_ms(greedy_generate(
+        model, shuffled_prompt_ids, cache_implementation="static", disable_compile=True),
+        reps, steps)
     model.set_attn_implementation(lh.NAME)
 
     out["ttft_full_over_lazy"] = out["full_ttft_s"] / out["lazy_ttft_s"]

@@ -26,11 +26,12 @@ import torch.distributed as dist
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from hf_rag_bench import (DOC_LEN, DOCS, QUESTION, add_documents, lazy_times,  # noqa: E402
-                          llama31_8b, per_token_ms, timed)
+from hf_rag_bench import (DOC_LEN, DOCS, QUESTION, add_documents, greedy_generate,  # noqa: E402
+                          lazy_times, llama31_8b, per_token_ms, random_llama, timed)
 import lazyattn  # noqa: E402
 import lazyattn.hf as lh  # noqa: E402
-from transformers import AutoModelForCausalLM, LlamaForCausalLM  # noqa: E402
+from transformers import AutoModelForCausalLM  # noqa: E402
+from transformers.distributed import DistributedConfig  # noqa: E402
 
 
 def llama31_70b(layers):
@@ -49,28 +50,13 @@ def load(config, world, local, checkpoint):
     loaded under transformers' tensor-parallel plan."""
     dev = torch.device("cuda", local)
     if world == 1:
-        torch.manual_seed(0)
-        torch.set_default_dtype(torch.bfloat16)
-        with dev:
-            model = LlamaForCausalLM(config)
-        torch.set_default_dtype(torch.float32)
-        return model
+        return random_llama(config, dev)
     if dist.get_rank() == 0 and not os.path.exists(os.path.join(checkpoint, "config.json")):
-        torch.manual_seed(0)
-        torch.set_default_dtype(torch.bfloat16)
-        with dev:
-            model = LlamaForCausalLM(config)
-        torch.set_default_dtype(torch.float32)
-        model.save_pretrained(checkpoint)
-        del model
+        random_llama(config, dev).save_pretrained(checkpoint)
         torch.cuda.empty_cache()
     dist.barrier()
-    try:
-        from transformers.distributed import DistributedConfig
-        split = {"distributed_config": DistributedConfig(tp_plan="auto")}
-    except ImportError:  # transformers before DistributedConfig
-        split = {"tp_plan": "auto"}
-    return AutoModelForCausalLM.from_pretrained(checkpoint, dtype=torch.bfloat16, **split)
+    return AutoModelForCausalLM.from_pretrained(
+        checkpoint, dtype=torch.bfloat16, distributed_config=DistributedConfig(tp_plan="auto"))
 
 
 def main():
@@ -136,14 +122,8 @@ def main():
 
     out["full_ttft_s"], out["full_ttft_all"] = timed(full_prompt, reps)
 
-    def full_generate(n):
-        def run():
-            with torch.inference_mode():
-                model.generate(input_ids=prompt_ids(), max_new_tokens=n, min_new_tokens=n,
-                               do_sample=False)
-        return run
-
-    out["full_decode_ms_per_token"] = per_token_ms(full_generate, reps, steps)
+    out["full_decode_ms_per_token"] = per_token_ms(greedy_generate(model, prompt_ids), reps,
+                                                   steps)
     model.set_attn_implementation(lh.NAME)
     out["ttft_full_over_lazy"] = out["full_ttft_s"] / out["lazy_ttft_s"]
     out["decode_full_over_lazy"] = out["full_decode_ms_per_token"] / out["lazy_decode_ms_per_token"]

@@ -36,6 +36,17 @@ def digest(*parts):
     return [_signed(int.from_bytes(h[:8], "little")), _signed(int.from_bytes(h[8:], "little"))]
 
 
+def attempt(group, fn):
+    """(fn(), None); under a group (None, the exception) where fn raises, for the ranks to agree
+    on it (Group.exchange) before anyone raises. Without a group the exception propagates."""
+    if group is None:
+        return fn(), None
+    try:
+        return fn(), None
+    except Exception as e:  # every rank raises it, as RankError, after the exchange
+        return None, e
+
+
 class Group:
     """A process group of tensor-parallel ranks, with the few collectives a store needs. NCCL
     groups exchange on `device` (a CUDA device), other backends (gloo) on the CPU."""

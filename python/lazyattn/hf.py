@@ -291,11 +291,12 @@ class RagCache(_PoolCache):
     pairs (any positions, any order, repeats), with its question after them (or at
     question_starts[b]). The questions of one call share a length (input_ids is [B, n])."""
 
-    def __init__(self, store, requests, question_starts=None):
+    def __init__(self, store, requests, question_starts=None, _resolved=None):
         super().__init__(store)
         self.layouts, self.tails, self.starts = [], [], []
         self._pinned = []
-        placed_all, starts = _resolve(store, requests, question_starts)
+        # _resolved: DocumentStore.cache's _resolve of the same requests (not done twice).
+        placed_all, starts = _resolved or _resolve(store, requests, question_starts)
         try:
             for placed, start in zip(placed_all, starts):
                 for d, _ in placed:  # pinned while the cache is in use
@@ -313,8 +314,8 @@ class RagCache(_PoolCache):
         """generate()'s inputs for the questions [B, n] (token ids): input_ids, an all-ones
         attention_mask and the position ids the layouts give the questions."""
         g = self.store._group
-        error, seen = None, None
-        try:
+
+        def parse():
             ids = torch.as_tensor(question_ids)
             if ids.dim() == 1:
                 ids = ids[None]
@@ -323,14 +324,12 @@ class RagCache(_PoolCache):
                                  "(shape %s), expected [%d, n] token ids"
                                  % (ids.shape[0] if ids.dim() else 0, len(self.tails),
                                     list(ids.shape), len(self.tails)))
-            if g is not None:
-                seen = _collective.digest(list(ids.shape), ids.tolist())
-        except Exception as e:
-            if g is None:
-                raise
-            error = e
+            return ids
+        ids, error = _collective.attempt(g, parse)
         if g is not None:  # transformers' tensor parallelism needs the same tokens on every rank
-            g.exchange("lazyattn.hf.RagCache.inputs", error, [("question token ids", 2, seen)])
+            g.exchange("lazyattn.hf.RagCache.inputs", error, [
+                ("question token ids", 2,
+                 None if error else _collective.digest(list(ids.shape), ids.tolist()))])
         device = self.pool.device_obj
         ids = ids.to(device)
         n = ids.shape[1]
@@ -474,34 +473,27 @@ class DocumentStore:
         RankError on every rank, and the ranks' stores stay equal."""
         where = "lazyattn.hf.DocumentStore.add"
         g = self._group
-        error, key, ids = None, None, None
-        try:
+
+        def parse():
             ids = torch.as_tensor(token_ids).reshape(-1)
             if ids.numel() == 0 or ids.is_floating_point() or ids.is_complex():
                 raise ValueError("%s: %d token ids of dtype %s, expected at least one integer id"
                                  % (where, ids.numel(), ids.dtype))
-            key = self._key(ids)
-        except Exception as e:
-            if g is None:
-                raise
-            error = e
+            return ids, self._key(ids)
+        parsed, error = _collective.attempt(g, parse)
         if g is not None:  # the same document and the same store state on every rank
             g.exchange(where, error, [
-                ("document (token count and key)", 3, None if key is None else [ids.numel(), *key]),
-                ("store state (pool fingerprint: the ranks' stores diverged)", 1,
-                 [self.pool.fingerprint()])])
+                ("document (token count and key)", 3,
+                 None if error else [parsed[0].numel(), *parsed[1]]), self._state_item()])
+        ids, key = parsed
         doc = self.pool.find(key=key, form="local", pin=True)
         if doc is not None and doc.info()["committed"]:
             return doc
         if doc is not None:
             doc.unpin()
-        error, doc, inserted = None, None, False
-        try:
-            doc, inserted = self.pool.allocate(ids.numel(), "local", key=key)
-        except Exception as e:
-            if g is None:
-                raise
-            error = e
+        got, error = _collective.attempt(
+            g, lambda: self.pool.allocate(ids.numel(), "local", key=key))
+        doc, inserted = got or (None, False)
         if g is not None:  # before the model's own collectives
             try:
                 g.agree(where + " (allocating pages)", error)
@@ -540,26 +532,27 @@ class DocumentStore:
         parallelism every rank calls it with the same requests (its own handles of the same
         documents); RankError on every rank otherwise."""
         g = self._group
+        resolved, error = _collective.attempt(
+            g, lambda: _resolve(self, requests, question_starts))
         if g is not None:
-            error, layout = None, None
-            try:
-                placed_all, starts = _resolve(self, requests, question_starts)
-                layout = _collective.digest(
-                    [[(d.key, d.length, s) for d, s in p] for p in placed_all], starts)
-            except Exception as e:
-                error = e
             g.exchange("lazyattn.hf.DocumentStore.cache", error, [
-                ("request layout (documents and starts)", 2, layout),
-                ("store state (pool fingerprint: the ranks' stores diverged)", 1,
-                 [self.pool.fingerprint()])])
-        return RagCache(self, requests, question_starts)
+                ("request layout (documents and starts)", 2, None if error else _collective.digest(
+                    [[(d.key, d.length, s) for d, s in p] for p in resolved[0]], resolved[1])),
+                self._state_item()])
+        return RagCache(self, requests, question_starts, _resolved=resolved)
+
+    def _state_item(self):
+        """The exchange item of the pool's bookkeeping fingerprint (equal on ranks whose stores
+        made the same calls)."""
+        return ("store state (pool fingerprint: the ranks' stores diverged)", 1,
+                [self.pool.fingerprint()])
 
     def check_ranks(self):
         """Raises RankError on every rank when the tensor-parallel ranks' stores differ (their
         pool fingerprints); nothing without tensor parallelism. A collective."""
         if self._group is not None:
-            self._group.exchange("lazyattn.hf.DocumentStore.check_ranks", None, [
-                ("store state (pool fingerprint)", 1, [self.pool.fingerprint()])])
+            self._group.exchange("lazyattn.hf.DocumentStore.check_ranks", None,
+                                 [self._state_item()])
 
     def stats(self):
         return self.pool.stats()

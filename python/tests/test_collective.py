@@ -52,6 +52,9 @@ def _rank(rank, world, init, out):
     # The last rank failed its step (no values): both raise with its message.
     err = ValueError("bad ids on rank %d" % rank) if rank == world - 1 else None
     expect("fails", lambda: g.exchange("fails", err, [("key", 3, None if err else key)]))
+    # attempt(): the step's exception handed to the exchange under a group.
+    _, err = _collective.attempt(g, lambda: int("x%d" % rank))
+    expect("attempt", lambda: g.exchange("attempt", err, [("n", 1, None)]))
     # agree() without values, nobody failed.
     expect("agree", lambda: g.agree("agree", None))
     # digest(): equal for equal parts, different otherwise, on every rank.
@@ -60,6 +63,7 @@ def _rank(rank, world, init, out):
                  "differs": _collective.digest([1, 2]) != _collective.digest([2, 1])})
     with open(os.path.join(out, "rank%d.json" % rank), "w") as f:
         json.dump(seen, f)
+    dist.barrier()  # both ranks done before either tears gloo down (else one may abort at exit)
     dist.destroy_process_group()
 
 
@@ -78,3 +82,11 @@ def test_exchange_over_two_gloo_ranks(tmp_path):
         assert by["fails"]["messages"] == ["ValueError: bad ids on rank 1"]
         assert "failed on 1 of 2 ranks" in by["fails"]["text"]
         assert by["digest"]["equal"] and by["digest"]["differs"]
+        assert by["attempt"]["ranks"] == [0, 1]
+        assert by["attempt"]["messages"][1].startswith("ValueError: invalid literal")
+
+
+def test_attempt_without_a_group_raises():
+    assert _collective.attempt(None, lambda: 7) == (7, None)
+    with pytest.raises(ZeroDivisionError):
+        _collective.attempt(None, lambda: 1 // 0)

@@ -22,6 +22,7 @@ if os.environ.get("LAZYATTN_TEST_INSTALLED") != "1":
 import lazyattn  # noqa: E402
 import lazyattn.hf as lh  # noqa: E402
 from transformers import AutoModelForCausalLM  # noqa: E402
+from transformers.distributed import DistributedConfig  # noqa: E402
 
 DOC_LENGTHS = [45, 130, 77]
 QUESTION, NEW_TOKENS, PAGES = 9, 6, 256
@@ -73,12 +74,8 @@ def main():
     # A hang (a rank left waiting in a collective) fails the run instead of stalling it.
     dist.init_process_group("nccl", device_id=torch.device("cuda", local),
                             timeout=timedelta(seconds=120))
-    try:
-        from transformers.distributed import DistributedConfig
-        split = {"distributed_config": DistributedConfig(tp_plan="auto")}
-    except ImportError:  # transformers before DistributedConfig
-        split = {"tp_plan": "auto"}
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.bfloat16, **split)
+    model = AutoModelForCausalLM.from_pretrained(
+        model_dir, dtype=torch.bfloat16, distributed_config=DistributedConfig(tp_plan="auto"))
     if next(model.parameters()).device.type != "cuda":  # one rank: transformers splits nothing
         model.to(torch.device("cuda", local))
     model.eval()
