@@ -10,9 +10,9 @@
 //           local_no_pdl  local with DecodeArgs::pdl = false (every other mode runs with the
 //                     default, programmatic dependent launch: each call's index loads overlap
 //                     the previous call's tail)
-//           local_fp8, rope_off_fp8  local and rope_off over an fp8 (e4m3) pool of the same
-//                     pages (scales 1): half the bytes for the same keys; `keys_per_s` compares
-//                     throughput across element types
+//           local_fp8, raw_fp8, rope_off_fp8  local, raw and rope_off over an fp8 (e4m3) pool of
+//                     the same pages (scales 1): half the bytes for the same keys; `keys_per_s`
+//                     compares throughput across element types
 //   shapes: batch x context in {1x32768, 16x16384, 64x4096, 128x8192}, each request one document
 //           of context - 32 tokens and a 32-token tail; and "rag": 5 documents x 2048 tokens at
 //           shuffled starts + 32-token tail, against "single": one segment of the same length.
@@ -50,7 +50,7 @@ struct Shape {
   bool rag;     // 5 x 2048 documents at shuffled starts instead of one document
 };
 
-enum class Mode { kLocal, kRaw, kRopeOff, kReencode, kLocalNoPdl, kLocalFp8, kRopeOffFp8 };
+enum class Mode { kLocal, kRaw, kRopeOff, kReencode, kLocalNoPdl, kLocalFp8, kRawFp8, kRopeOffFp8 };
 
 const char* name(Mode m) {
   switch (m) {
@@ -60,9 +60,14 @@ const char* name(Mode m) {
     case Mode::kReencode: return "reencode";
     case Mode::kLocalNoPdl: return "local_no_pdl";  // DecodeArgs::pdl = false
     case Mode::kLocalFp8: return "local_fp8";
+    case Mode::kRawFp8: return "raw_fp8";
     case Mode::kRopeOffFp8: return "rope_off_fp8";
   }
   return "?";
+}
+
+bool fp8_mode(Mode m) {
+  return m == Mode::kLocalFp8 || m == Mode::kRawFp8 || m == Mode::kRopeOffFp8;
 }
 
 // Everything one shape needs on the device; rebuilt when the shape changes.
@@ -234,9 +239,9 @@ void run_once(Setup& s, Mode mode, int layer, cudaStream_t stream) {
   a.params.head_dim = kHeadDim;
   a.rope = mode != Mode::kRopeOff && mode != Mode::kRopeOffFp8;
   a.pdl = mode != Mode::kLocalNoPdl;
-  const cuda::DevicePlan& plan = mode == Mode::kRaw ? s.plan_raw : s.plan_local;
-  const bool fp8 = mode == Mode::kLocalFp8 || mode == Mode::kRopeOffFp8;
-  cuda::decode(a, fp8 ? *s.pool_fp8 : *s.pool, plan, *s.rope, s.ws, stream);
+  const cuda::DevicePlan& plan = mode == Mode::kRaw || mode == Mode::kRawFp8 ? s.plan_raw
+                                                                             : s.plan_local;
+  cuda::decode(a, fp8_mode(mode) ? *s.pool_fp8 : *s.pool, plan, *s.rope, s.ws, stream);
 }
 
 void bench_decode(benchmark::State& state, Shape shape, Mode mode) {
@@ -251,7 +256,7 @@ void bench_decode(benchmark::State& state, Shape shape, Mode mode) {
         [&](int) { run_once(s, mode, it++ % s.layers, stream); }, stream));
   }
   // Bytes that define the figure: K and V read once (the copy moves them twice: read + write).
-  const bool fp8 = mode == Mode::kLocalFp8 || mode == Mode::kRopeOffFp8;
+  const bool fp8 = fp8_mode(mode);
   double bytes = mode == Mode::kReencode ? 2.0 * static_cast<double>(s.doc_bytes)
                                          : static_cast<double>(s.kv_bytes) / (fp8 ? 2 : 1);
   state.counters["bytes"] = bytes;
@@ -298,8 +303,9 @@ std::vector<Shape> bench_shapes() {
 
 int main(int argc, char** argv) {
   for (const Shape& sh : bench_shapes()) {
-    std::vector<Mode> modes{Mode::kLocal,      Mode::kRaw,      Mode::kRopeOff,   Mode::kReencode,
-                            Mode::kLocalNoPdl, Mode::kLocalFp8, Mode::kRopeOffFp8};
+    std::vector<Mode> modes{Mode::kLocal,      Mode::kRaw,      Mode::kRopeOff,
+                            Mode::kReencode,   Mode::kLocalNoPdl, Mode::kLocalFp8,
+                            Mode::kRawFp8,     Mode::kRopeOffFp8};
     for (Mode m : modes) {
       std::string n = std::string("decode/B") + std::to_string(sh.batch) + "_L" +
                       std::to_string(sh.context) + (sh.rag ? "_rag" : "_single") + "/" + name(m);

@@ -1,8 +1,9 @@
 // [cuda] fp8 (e4m3) pools on the device: the decode over local-form (and absolute) pages of fp8
-// codes against the float64 reference over the same dequantized values, with the error rule's
+// codes, and over raw-form ones (LAZYATTN_EXPERIMENTAL_FP8_RAW_DECODE, defined for this
+// target), against the float64 reference over the same dequantized values, with the error rule's
 // bar set by the eager baseline in 16 bits over those values; page writes that quantize on the
 // way in; the eager baseline's re-encoding copy re-quantizing K; and the calls that do not take
-// fp8 pools yet, refused by name (the prefill's: test_fp8_prefill.cu).
+// fp8 pools, refused by name (the prefill's: test_fp8_prefill.cu).
 #include "support/catch.hpp"
 
 #include <algorithm>
@@ -20,11 +21,15 @@ using lazyattn::test::ref::ScenarioSpec;
 
 namespace {
 
-// A scenario of the decode sweep (gpu::random_decode_spec) brought into the fp8 decode's reach:
-// local-form documents, local or absolute tails, a schedule that does not depend on the request
-// length.
-ScenarioSpec fp8_decode_spec(std::uint64_t seed) {
+// A scenario of the decode sweep (gpu::random_decode_spec) with local-form documents, local or
+// absolute tails and a schedule that does not depend on the request length; or (raw) with
+// raw-form documents, tails as drawn and every schedule.
+ScenarioSpec fp8_decode_spec(std::uint64_t seed, bool raw = false) {
   ScenarioSpec s = gpu::random_decode_spec(seed);
+  if (raw) {
+    s.doc_form = StorageForm::kRaw;
+    return s;
+  }
   s.doc_form = StorageForm::kLocal;
   if (s.tail_form == StorageForm::kRaw) s.tail_form = StorageForm::kLocal;
   if (s.schedule == RopeType::kDynamic || s.schedule == RopeType::kLongrope)
@@ -74,51 +79,64 @@ gpu::GpuResult fp8_decode(const test::ref::Scenario& sc8, DType qdtype,
   return r;
 }
 
+// The fp8 decode of `base` at 0, 1 and 3 forced splits against the float64 reference over the
+// same fp8 values, within the error rule's bar of the eager 16-bit baseline.
+void check_fp8_decode(const ScenarioSpec& base, DType qdtype) {
+  // The same scenario three ways (the same draws, so the same values and page ids): an fp8
+  // store (the codes the kernel reads), a float store of their values (the reference's), and
+  // a 16-bit store of them (the eager baseline's, which rounds them once more).
+  ScenarioSpec s8 = base, sf = base, sb = base;
+  s8.dtype = DType::kFloat8E4M3;
+  sf.dtype = DType::kFloat32;
+  sf.fp8_values = true;
+  sb.dtype = qdtype;
+  sb.fp8_values = true;
+  const test::ref::Scenario sc8 = test::ref::make_scenario(s8);
+  const test::ref::Scenario scf = test::ref::make_scenario(sf);
+  const test::ref::Scenario scb = test::ref::make_scenario(sb);
+  INFO(s8 << " queries " << to_string(qdtype) << "\n" << sc8.layout_text);
+  REQUIRE(sc8.plan.page_ids == scf.plan.page_ids);
+  REQUIRE(sc8.plan.page_ids == scb.plan.page_ids);
+
+  const std::vector<float> q = gpu::rounded_queries(scb);
+  test::ref::Result ref{std::vector<float>(scf.out_size()), std::vector<float>(scf.lse_size())};
+  lazyattn::ref::scalar::decode(*scf.store, scf.plan, base.layer, scf.rope, base.params(), q,
+                                ref.out, ref.lse);
+  const double scale = gpu::max_abs(ref.out);
+  const gpu::ErrorBars bars = gpu::eager_error_bars(scb, 0, ref.out, ref.lse);
+  REQUIRE(bars.eager_unwritten == 0);
+  for (int splits : {0, 1, 3}) {
+    INFO("forced splits " << splits << " (0: heuristic)");
+    const gpu::GpuResult got = fp8_decode(sc8, qdtype, q, splits);
+    CHECK(got.unwritten == 0);
+    const std::string out_report =
+        gpu::check_error_rule(got.out, ref.out, bars.out, 1e-3 * scale + 1e-5);
+    INFO(out_report);
+    CHECK(out_report.empty());
+    const std::string lse_report = gpu::check_error_rule(got.lse, ref.lse, bars.lse, 1e-3);
+    INFO(lse_report);
+    CHECK(lse_report.empty());
+  }
+}
+
 }  // namespace
 
 TEST_CASE("decode over fp8 pools: within 2x the 16-bit eager error over the same fp8 values",
           "[cuda][fp8][decode]") {
   // Half the sweeps' count (each case runs three scenarios and the eager baseline).
   const int cases = std::max(1, test::options().cuda_cases / 2);
-  for (std::uint64_t seed = 1; seed <= static_cast<std::uint64_t>(cases); ++seed) {
-    const ScenarioSpec base = fp8_decode_spec(seed);
-    const DType qdtype = seed % 3 == 0 ? DType::kFloat16 : DType::kBFloat16;
-    // The same scenario three ways (the same draws, so the same values and page ids): an fp8
-    // store (the codes the kernel reads), a float store of their values (the reference's), and
-    // a 16-bit store of them (the eager baseline's, which rounds them once more).
-    ScenarioSpec s8 = base, sf = base, sb = base;
-    s8.dtype = DType::kFloat8E4M3;
-    sf.dtype = DType::kFloat32;
-    sf.fp8_values = true;
-    sb.dtype = qdtype;
-    sb.fp8_values = true;
-    const test::ref::Scenario sc8 = test::ref::make_scenario(s8);
-    const test::ref::Scenario scf = test::ref::make_scenario(sf);
-    const test::ref::Scenario scb = test::ref::make_scenario(sb);
-    INFO(s8 << " queries " << to_string(qdtype) << "\n" << sc8.layout_text);
-    REQUIRE(sc8.plan.page_ids == scf.plan.page_ids);
-    REQUIRE(sc8.plan.page_ids == scb.plan.page_ids);
+  for (std::uint64_t seed = 1; seed <= static_cast<std::uint64_t>(cases); ++seed)
+    check_fp8_decode(fp8_decode_spec(seed), seed % 3 == 0 ? DType::kFloat16 : DType::kBFloat16);
+}
 
-    const std::vector<float> q = gpu::rounded_queries(scb);
-    test::ref::Result ref{std::vector<float>(scf.out_size()), std::vector<float>(scf.lse_size())};
-    lazyattn::ref::scalar::decode(*scf.store, scf.plan, base.layer, scf.rope, base.params(), q,
-                                  ref.out, ref.lse);
-    const double scale = gpu::max_abs(ref.out);
-    const gpu::ErrorBars bars = gpu::eager_error_bars(scb, 0, ref.out, ref.lse);
-    REQUIRE(bars.eager_unwritten == 0);
-    for (int splits : {0, 1, 3}) {
-      INFO("forced splits " << splits << " (0: heuristic)");
-      const gpu::GpuResult got = fp8_decode(sc8, qdtype, q, splits);
-      CHECK(got.unwritten == 0);
-      const std::string out_report =
-          gpu::check_error_rule(got.out, ref.out, bars.out, 1e-3 * scale + 1e-5);
-      INFO(out_report);
-      CHECK(out_report.empty());
-      const std::string lse_report = gpu::check_error_rule(got.lse, ref.lse, bars.lse, 1e-3);
-      INFO(lse_report);
-      CHECK(lse_report.empty());
-    }
-  }
+TEST_CASE("decode over fp8 pools of raw-form keys: within 2x the 16-bit eager error",
+          "[cuda][fp8][decode][raw]") {
+  // Raw documents in every plan (tails of every form), so every plan takes the raw-capable
+  // build; rotate-half, interleaved and partial rotary, every schedule, head dims 64 to 256.
+  const int cases = std::max(1, test::options().cuda_cases / 2);
+  for (std::uint64_t seed = 1; seed <= static_cast<std::uint64_t>(cases); ++seed)
+    check_fp8_decode(fp8_decode_spec(seed, /*raw=*/true),
+                     seed % 3 == 1 ? DType::kFloat16 : DType::kBFloat16);
 }
 
 TEST_CASE("write_tokens into an fp8 pool quantizes K after its rotation, and V", "[cuda][fp8]") {
@@ -270,7 +288,7 @@ TEST_CASE("DeviceReencode over fp8 pools re-quantizes K after its rotation and c
   }
 }
 
-TEST_CASE("fp8 pools: calls that do not take them yet say so", "[cuda][fp8][errors]") {
+TEST_CASE("fp8 pools: calls that do not take them say so", "[cuda][fp8][errors]") {
   ScenarioSpec s = fp8_decode_spec(3);
   s.dtype = DType::kFloat8E4M3;
   s.doc_form = StorageForm::kRaw;
@@ -288,8 +306,6 @@ TEST_CASE("fp8 pools: calls that do not take them yet say so", "[cuda][fp8][erro
   a.layer = s.layer;
   a.params = s.params();
   cuda::DecodeWorkspace ws;
-  CHECK_THROWS_WITH(cuda::decode(a, pool, plan, rope, ws),
-                    Catch::Contains("raw-form segments over a float8_e4m3 pool"));
   a.dtype = DType::kFloat32;
   CHECK_THROWS_WITH(cuda::decode(a, pool, plan, rope, ws),
                     Catch::Contains("dtype float32 over a float8_e4m3 pool"));

@@ -18,7 +18,7 @@
 // with it, the local-form loop runs at 255 registers and slower. kRope = false is the RoPE-off
 // baseline (keys pre-rotated at logical positions, queries pre-rotated by the caller).
 //
-// fp8 pools (kFp8; local form and RoPE off): tiles of e4m3 codes stream as 16-bit tiles of half
+// fp8 pools (kFp8): tiles of e4m3 codes stream as 16-bit tiles of half
 // the columns, so the loader is the same, and are dequantized in registers, exactly, to halves:
 // the query, P and both MMAs run in half whatever T is. A K fragment register from ldmatrix
 // holds four consecutive dims 4 t4 .. 4 t4 + 3 of one key, which is not the MMA's B layout
@@ -27,7 +27,8 @@
 // ldmatrix.trans, which leaves a thread two keys of two adjacent dims; a byte permute splits them
 // into the even dims' B register and the odd dims', so each MMA covers every other dim of a
 // 16-dim block (merge_warps_and_store maps the columns back). K's scale, one per KV head,
-// multiplies the scores; V's the output.
+// multiplies the scores; V's the output. Raw-form fp8 keys are rotated after the dequantization,
+// in the same registers (decode/scores.cuh, scores_raw_fp8).
 //
 // Per CTA, in order: the first tiles' copies go out; the first query is built under them; then
 // per tile: wait for it, issue the next loads, switch the query if the tile's rotation differs,
@@ -56,7 +57,6 @@ namespace lazyattn::cuda::detail {
 template <class T, int D, bool kRope, bool kRawTiles = true, bool kFp8 = false>
 __global__ void __launch_bounds__(kDecodeThreads, 2)
     decode_kernel(const __grid_constant__ DecodeParams p) {
-  static_assert(!(kFp8 && kRawTiles), "fp8 pools: local form and RoPE off only");
   using Shape = DecodeShape<D>;
   // The 16-bit type of the rotated query, P and the MMAs; the tiles' columns in that type.
   using TQ = std::conditional_t<kFp8, __half, T>;
@@ -190,7 +190,8 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
   // (pairs j, partners j + rotary/2); interleaved, k-step kk = e / 2, pairs 8 kk + t4 + {0, 4}.
   const float2* offset_table =
       p.rope.offset_cs + static_cast<std::int64_t>(rope_set) * p.rope.offset_rows * rot_half;
-  const RawKeyAngles<D, kRope && kRawTiles> key_cs(offset_table, warp, g, t4, rotary, interleaved);
+  const RawKeyAngles<D, kRope && kRawTiles, kFp8> key_cs(offset_table, warp, g, t4, rotary,
+                                                         interleaved);
 
   // ---- the rotated query ----------------------------------------------------------------------
   // Each tile needs the query rotated by tile_delta (m - s local, m - n0 raw). Two buffers: the
@@ -431,18 +432,28 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
       // One ldmatrix.x4 per two k-steps: matrix mi is keys 8 (mi & 1) .. + 7 of this warp's 16,
       // k-step 2 k2 + (mi >> 1) (a 16-byte chunk of 16 codes).
       const int row = warp * 16 + (mi & 1) * 8 + (lane & 7);
+      if (raw) {
+        if constexpr (kRope && kRawTiles) {  // k-steps ca (matrices 0, 1) and cb (2, 3)
+          auto load_k2 = [&](std::uint32_t (&kr)[4], int ca, int cb) {
+            ptx::ldmatrix_x4(kr, ptx::smem_addr(ks + kv_offset(row, (mi >> 1) ? cb : ca)));
+          };
+          scores_raw_fp8<D>(sc, key_cs, load_k2, q_frag, rotary, interleaved);
+        }
+      } else {
 #pragma unroll
-      for (int k2 = 0; k2 < Shape::kKSteps / 2; ++k2) {
-        std::uint32_t kr[4];
-        ptx::ldmatrix_x4(kr, ptx::smem_addr(ks + kv_offset(row, 2 * k2 + (mi >> 1))));
+        for (int k2 = 0; k2 < Shape::kKSteps / 2; ++k2) {
+          std::uint32_t kr[4];
+          ptx::ldmatrix_x4(kr, ptx::smem_addr(ks + kv_offset(row, 2 * k2 + (mi >> 1))));
 #pragma unroll
-        for (int j = 0; j < 2; ++j) {
-          std::uint32_t a[4];
-          q_frag(a, 2 * k2 + j);
+          for (int j = 0; j < 2; ++j) {
+            std::uint32_t a[4];
+            q_frag(a, 2 * k2 + j);
 #pragma unroll
-          for (int nt = 0; nt < 2; ++nt) {
-            const std::uint32_t r = kr[nt + 2 * j];
-            ptx::mma_16816<TQ>(sc[nt], a, ptx::e4m3x2_to_half2(r), ptx::e4m3x2_to_half2(r >> 16));
+            for (int nt = 0; nt < 2; ++nt) {
+              const std::uint32_t r = kr[nt + 2 * j];
+              ptx::mma_16816<TQ>(sc[nt], a, ptx::e4m3x2_to_half2(r),
+                                 ptx::e4m3x2_to_half2(r >> 16));
+            }
           }
         }
       }

@@ -20,10 +20,12 @@ namespace lazyattn::cuda::detail {
 // cos/sin of this thread's two keys' offsets in a tile, per rotary pair its B fragments hold:
 // keys r = 16 warp + g and r + 8. Entry e of a key: in the rotate-half layout k-step kk = e / 4
 // of the first half, dims j = 16 kk + 2 t4 + {0, 1, 8, 9} (pairs j, partners j + rotary/2);
-// interleaved, k-step kk = e / 2, pairs 8 kk + t4 + {0, 4}. In registers up to D = 128 (loaded
-// once, before the first tile, their latency hidden under the first tiles'); at 256 read from the
-// offset table (L1/L2) at each use.
-template <int D, bool kLoad>
+// interleaved, k-step kk = e / 2, pairs 8 kk + t4 + {0, 4}. fp8 codes (kFp8: a register holds
+// dims 16 kk + 4 t4 .. + 3, see kernel.cuh): rotate-half dims j = 16 kk + 4 t4 + {0, 1, 2, 3},
+// interleaved pairs 8 kk + 2 t4 + {0, 1}. In registers up to D = 128 (loaded once, before the
+// first tile, their latency hidden under the first tiles'); at 256 read from the offset table
+// (L1/L2) at each use.
+template <int D, bool kLoad, bool kFp8 = false>
 struct RawKeyAngles {
   static constexpr bool kInRegisters = DecodeShape<D>::kKeyCsInRegisters;
   static constexpr int kEntries = D / 8;
@@ -48,10 +50,10 @@ struct RawKeyAngles {
     int pair;
     bool valid;
     if (interleaved) {
-      pair = 8 * (e >> 1) + t4 + 4 * (e & 1);
+      pair = 8 * (e >> 1) + (kFp8 ? 2 * t4 + (e & 1) : t4 + 4 * (e & 1));
       valid = (e >> 1) < rot_steps;
     } else {
-      pair = 16 * (e >> 2) + 2 * t4 + (e & 1) + 8 * ((e >> 1) & 1);
+      pair = 16 * (e >> 2) + (kFp8 ? 4 * t4 + (e & 3) : 2 * t4 + (e & 1) + 8 * ((e >> 1) & 1));
       valid = (e >> 2) < half_steps;
     }
     return valid ? __ldg(offset_table + r * rot_half + pair) : make_float2(1.0f, 0.0f);
@@ -163,6 +165,89 @@ __device__ __forceinline__ void scores_raw(float (&sc)[2][4], Angles&& key_cs,
       fragment(a, kk);
       ptx::mma_16816<T>(sc[0], a, kb[0], kb[1]);
       ptx::mma_16816<T>(sc[1], a, kb[2], kb[3]);
+    }
+  }
+}
+
+// S of raw-form keys of an fp8 pool: the codes of k-step kk (16 dims) of key r come as one
+// register per key, dims 16 kk + 4 t4 .. + 3 (load_k2(kr, ca, cb): kr[nt] k-step ca of key
+// 16 warp + 8 nt + g, kr[2 + nt] k-step cb), dequantized exactly to two half2 B registers
+// (dims 4 t4, 4 t4 + 1 and 4 t4 + 2, 4 t4 + 3, the order the query's fragments take), rotated
+// there in fp32 by the key's offset in the tile and rounded to half once. A rotate-half partner
+// lies rotary / 32 k-steps further at the same place in its register (rotary is a multiple of
+// 32), so one ldmatrix.x4 brings a k-step and its partners; interleaved pairs are within a half2.
+// The K scale multiplies the scores afterwards (rotation is linear).
+template <int D, class Angles, class LoadK2, class Fragment>
+__device__ __forceinline__ void scores_raw_fp8(float (&sc)[2][4], Angles&& key_cs,
+                                               LoadK2&& load_k2, Fragment&& fragment, int rotary,
+                                               bool interleaved) {
+  constexpr int kKSteps = DecodeShape<D>::kKSteps;
+  const int rot_steps = rotary / 16;  // k-steps that hold rotary dims
+  const int half_steps = rot_steps / 2;
+  auto dequant = [](std::uint32_t codes, std::uint32_t& lo, std::uint32_t& hi) {
+    lo = ptx::e4m3x2_to_half2(codes);
+    hi = ptx::e4m3x2_to_half2(codes >> 16);
+  };
+  if (interleaved) {
+#pragma unroll
+    for (int kk = 0; kk < kKSteps; kk += 2) {
+      std::uint32_t kr[4];
+      load_k2(kr, kk, kk + 1);
+#pragma unroll
+      for (int j = 0; j < 2; ++j) {
+        std::uint32_t a[4];
+        fragment(a, kk + j);
+#pragma unroll
+        for (int nt = 0; nt < 2; ++nt) {
+          std::uint32_t lo, hi;
+          dequant(kr[2 * j + nt], lo, hi);
+          if (kk + j < rot_steps) {
+            rotate_interleaved_reg<__half>(lo, key_cs(nt, 2 * (kk + j)));
+            rotate_interleaved_reg<__half>(hi, key_cs(nt, 2 * (kk + j) + 1));
+          }
+          ptx::mma_16816<__half>(sc[nt], a, lo, hi);
+        }
+      }
+    }
+  } else {
+    // k-step kk with its partners' k-step pk: both rotated, two MMAs per key group.
+    auto rotated_pair = [&](int kk, int pk) {
+      std::uint32_t kr[4], a[4], ap[4];
+      load_k2(kr, kk, pk);
+      fragment(a, kk);
+      fragment(ap, pk);
+      const int e = 4 * (kk < kKSteps / 2 ? kk : 0);  // kk < pk <= kKSteps / 2 + kk
+#pragma unroll
+      for (int nt = 0; nt < 2; ++nt) {
+        std::uint32_t xl, xh, yl, yh;
+        dequant(kr[nt], xl, xh);
+        dequant(kr[2 + nt], yl, yh);
+        rotate_half_regs<__half>(xl, yl, key_cs(nt, e), key_cs(nt, e + 1));
+        rotate_half_regs<__half>(xh, yh, key_cs(nt, e + 2), key_cs(nt, e + 3));
+        ptx::mma_16816<__half>(sc[nt], a, xl, xh);
+        ptx::mma_16816<__half>(sc[nt], ap, yl, yh);
+      }
+    };
+    if (rotary == D) {
+#pragma unroll
+      for (int kk = 0; kk < kKSteps / 2; ++kk) rotated_pair(kk, kk + kKSteps / 2);
+    } else {
+#pragma unroll
+      for (int kk = 0; kk < kKSteps; ++kk) {
+        if (kk < half_steps) {
+          rotated_pair(kk, kk + half_steps);
+        } else if (kk >= rot_steps) {  // past the rotary dims (the others: done with a partner)
+          std::uint32_t kr[4], a[4];
+          load_k2(kr, kk, kk);
+          fragment(a, kk);
+#pragma unroll
+          for (int nt = 0; nt < 2; ++nt) {
+            std::uint32_t lo, hi;
+            dequant(kr[nt], lo, hi);
+            ptx::mma_16816<__half>(sc[nt], a, lo, hi);
+          }
+        }
+      }
     }
   }
 }
