@@ -35,9 +35,11 @@ struct HostWeights {
 // The CPU backend's weights for (config, seed), bit for bit (ModelWeights::random, flattened).
 HostWeights cpu_backend_weights(const ModelConfig& config, std::uint64_t seed);
 
-// The CPU backend (cpu_backend.hpp) behind the interface.
+// The CPU backend (cpu_backend.hpp) behind the interface; kv_dtype float32, bfloat16 or
+// float8_e4m3 (its store holds the fp8 scales: KvStore::k_scale, v_scale).
 std::unique_ptr<Backend> make_cpu_backend(const ModelConfig& config, std::int64_t num_pages,
-                                          int page_size, std::uint64_t seed);
+                                          int page_size, std::uint64_t seed,
+                                          DType kv_dtype = DType::kFloat32);
 
 struct CudaBackendOptions {
   int page_size = 16;
@@ -60,6 +62,9 @@ struct CudaBackendOptions {
   // The bookkeeping store's eviction order (the engine's kLfu keeps LRU underneath its own
   // choices: store_policy).
   EvictionPolicy eviction = EvictionPolicy::kLru;
+  // The device pool's element type: bfloat16, or float8_e4m3 (scales per layer and KV head,
+  // calibrated before the pool is sized, as the CPU backend's: fp8_calibration.hpp).
+  DType kv_dtype = DType::kBFloat16;
 };
 
 // A backend whose K/V live on a device: the host KvStore is bookkeeping only (its page ids index
@@ -78,6 +83,11 @@ class DeviceBackend : public Backend {
   virtual void warm_up(std::int64_t doc_length, std::int64_t question_length) = 0;
   // Device, memory split (weights, workspaces, KV pool) and budget, one line each.
   virtual std::string describe() const = 0;
+  virtual DType kv_dtype() const = 0;  // the device pool's element type
+  // fp8 pools: K/V values page writes and copies stored as +-448 so far (0 for bf16 pools), and
+  // the calibrated scales of K (k) or V, [num_layers][num_kv_heads] (empty for bf16 pools).
+  virtual std::int64_t fp8_saturated() const = 0;
+  virtual std::vector<float> fp8_scales(bool k) const = 0;
 };
 
 // Builds the CUDA backend (cuda_backend.cuh); throws lazyattn::Error naming the value for a model

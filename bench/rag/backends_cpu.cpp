@@ -27,8 +27,9 @@ HostWeights cpu_backend_weights(const ModelConfig& config, std::uint64_t seed) {
 }
 
 std::unique_ptr<Backend> make_cpu_backend(const ModelConfig& config, std::int64_t num_pages,
-                                          int page_size, std::uint64_t seed) {
-  return std::make_unique<CpuBackend>(config, num_pages, page_size, seed);
+                                          int page_size, std::uint64_t seed, DType kv_dtype) {
+  return std::make_unique<CpuBackend>(config, num_pages, page_size, seed, EvictionPolicy::kLru,
+                                      kv_dtype);
 }
 
 }  // namespace lazyattn::rag

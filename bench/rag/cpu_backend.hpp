@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "backend.hpp"
+#include "fp8_calibration.hpp"
 #include "lazyattn/kv/store.hpp"
 #include "lazyattn/ref/eigen.hpp"
 #include "lazyattn/rope/angle.hpp"
@@ -149,70 +150,24 @@ class CpuBackend final : public Backend {
   // saturating conversion does. 0 when the calibration covered every value.
   std::int64_t fp8_saturated() const { return fp8_saturated_; }
 
-  // The scales of an fp8 pool, [num_layers][num_kv_heads] each for K and V, calibrated as a
-  // server calibrates before it serves: this model (float32 pool) encodes kCalibrationDocs
-  // sequences of random tokens, drawn as the workload draws its documents but from a stream of
-  // their own. K's scale is the largest norm of a rotary pair (what either of its dims can reach
-  // under any rotation: keys are stored rotated by their positions) or |k| of a dim outside the
-  // rotary ones, V's the largest |v|; each times kFp8Headroom / 448, so that what calibration saw
-  // uses 1 / kFp8Headroom of e4m3's range and values up to kFp8Headroom times larger still fit.
-  static constexpr int kCalibrationDocs = 4;
-  static constexpr int kCalibrationLength = 256;
-  static constexpr float kFp8Headroom = 2.0f;
-  struct Fp8Scales {
-    std::vector<float> k, v;
-  };
-  static Fp8Scales calibrate_fp8(const ModelConfig& c, int page_size, std::uint64_t seed) {
-    const std::int64_t pages_per_doc = (kCalibrationLength + page_size - 1) / page_size;
-    CpuBackend scratch(c, kCalibrationDocs * pages_per_doc, page_size, seed);
+  // The scales of an fp8 pool, [num_layers][num_kv_heads] each for K and V (fp8_calibration.hpp):
+  // this model, over a float32 pool, encodes the calibration documents.
+  static fp8::Scales calibrate_fp8(const ModelConfig& c, int page_size, std::uint64_t seed) {
+    const std::int64_t pages_per_doc = (fp8::kLength + page_size - 1) / page_size;
+    CpuBackend scratch(c, fp8::kDocuments * pages_per_doc, page_size, seed);
     KvStore& store = scratch.store();
-    std::vector<std::vector<std::int32_t>> docs(kCalibrationDocs);
+    const std::vector<std::vector<std::int32_t>> docs = fp8::documents(c.vocab_size, seed);
     StepBatch batch;
-    for (int i = 0; i < kCalibrationDocs; ++i) {
-      SplitMix64 g(mix_seed(seed, 300, static_cast<std::uint64_t>(i)));
-      for (int t = 0; t < kCalibrationLength; ++t)
-        docs[i].push_back(
-            static_cast<std::int32_t>(g.below(static_cast<std::uint64_t>(c.vocab_size))));
+    std::vector<std::vector<std::int32_t>> pages;
+    for (const std::vector<std::int32_t>& d : docs) {
       const DocHandle h =
-          store.allocate(DocKey::from_tokens(docs[i]), StorageForm::kLocal, kCalibrationLength)
-              .handle;
-      batch.encodes.push_back(EncodeItem{h, docs[i]});
+          store.allocate(DocKey::from_tokens(d), StorageForm::kLocal, fp8::kLength).handle;
+      batch.encodes.push_back(EncodeItem{h, d});
+      pages.push_back(store.info(h).pages);
     }
     StepOutput out;
     scratch.forward(batch, out, false);
-
-    const PoolGeometry& geo = store.geometry();
-    const RopeFrequencies& f = scratch.rope_.base_frequencies();
-    const float* kp = store.k_pool<float>();
-    const float* vp = store.v_pool<float>();
-    Fp8Scales s;
-    s.k.assign(static_cast<std::size_t>(c.num_layers * c.num_kv_heads), 0.0f);
-    s.v = s.k;
-    for (const EncodeItem& e : batch.encodes) {
-      const std::vector<std::int32_t> pages = store.info(e.doc).pages;
-      for (int l = 0; l < c.num_layers; ++l) {
-        for (int h = 0; h < c.num_kv_heads; ++h) {
-          float& ks = s.k[static_cast<std::size_t>(l * c.num_kv_heads + h)];
-          float& vs = s.v[static_cast<std::size_t>(l * c.num_kv_heads + h)];
-          for (int t = 0; t < kCalibrationLength; ++t) {
-            const std::int64_t at =
-                geo.offset(l, pages[static_cast<std::size_t>(t / page_size)], h, t % page_size);
-            const float* k = kp + at;
-            for (int d = f.rotary_dim; d < c.head_dim; ++d) ks = std::max(ks, std::fabs(k[d]));
-            for (int p = 0; p < f.num_pairs(); ++p) {
-              const rope::PairDims pd = rope::pair_dims(f.pair_layout, f.rotary_dim, p);
-              ks = std::max(ks, std::hypot(k[pd.first], k[pd.second]));
-            }
-            for (int d = 0; d < c.head_dim; ++d) vs = std::max(vs, std::fabs(vp[at + d]));
-          }
-        }
-      }
-    }
-    for (float* x : {s.k.data(), s.v.data()}) {
-      for (std::size_t i = 0; i < s.k.size(); ++i)
-        x[i] = x[i] > 0.0f ? x[i] * kFp8Headroom / 448.0f : 1.0f;
-    }
-    return s;
+    return fp8::scales_from<float>(store, pages, scratch.rope_.base_frequencies());
   }
 
   void forward(const StepBatch& batch, StepOutput& out, bool want_logits) override {
@@ -407,7 +362,7 @@ class CpuBackend final : public Backend {
                      .num_pages = num_pages,
                      .eviction = eviction};
     if (kv_dtype == DType::kFloat8E4M3) {
-      Fp8Scales s = calibrate_fp8(c, page_size, seed);
+      fp8::Scales s = calibrate_fp8(c, page_size, seed);
       sc.k_scale = std::move(s.k);
       sc.v_scale = std::move(s.v);
     }

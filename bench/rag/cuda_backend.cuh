@@ -1,6 +1,7 @@
 // The CUDA backend of the RAG benchmark: the Llama-shaped decoder of cpu_backend.hpp in bf16 on
 // one GPU. GEMMs through cuBLAS (bf16 inputs, fp32 accumulation), the residual stream in fp32,
-// K/V in a lazyattn::cuda::DevicePool written by cuda::write_tokens (local form), attention by
+// K/V in a lazyattn::cuda::DevicePool of bf16 or fp8 (e4m3, scales calibrated before the pool is
+// made: fp8_calibration.hpp) written by cuda::write_tokens (local form), attention by
 // cuda::prefill (document encodings and extends, one launch per layer for the whole step) or
 // cuda::decode (steps of one-token extends only), greedy argmax on the device.
 //
@@ -26,6 +27,7 @@
 
 #include "backends.hpp"
 #include "cuda_kernels.cuh"
+#include "fp8_calibration.hpp"
 #include "lazyattn/cuda.cuh"
 #include "lazyattn/cuda/packer.hpp"
 #include "lazyattn/kv/plan.hpp"
@@ -79,6 +81,8 @@ class CudaBackend final : public DeviceBackend {
     decode_options_.num_sms = prop.multiProcessorCount;
     decode_options_.ctas_per_sm = cuda::decode_ctas_per_sm(DType::kBFloat16, config_.head_dim);
     LAZYATTN_CUDA_CHECK(cudaDeviceSynchronize());
+    // fp8: the scales first, from a small bf16 pool that is freed before the real one is sized.
+    if (options_.kv_dtype == DType::kFloat8E4M3) scales_ = calibrate_fp8();
 
     // The KV pool gets what the memory fraction leaves after weights and workspaces.
     std::size_t free_bytes = 0, total_bytes = 0;
@@ -97,12 +101,10 @@ class CudaBackend final : public DeviceBackend {
                    gib(used_before_kv_), " GiB in use (weights ", gib(weight_bytes_),
                    ", workspaces, other processes) and ", gib(kHeadroomBytes),
                    " GiB headroom: ", fit, " pages fit");
-    pool_ = std::make_unique<cuda::DevicePool>(KvStoreConfig{.num_layers = config_.num_layers,
-                                                             .num_kv_heads = config_.num_kv_heads,
-                                                             .head_dim = config_.head_dim,
-                                                             .page_size = options_.page_size,
-                                                             .dtype = DType::kBFloat16,
-                                                             .num_pages = pages});
+    KvStoreConfig pc = pool_config(options_.kv_dtype, pages);
+    pc.k_scale = scales_.k;
+    pc.v_scale = scales_.v;
+    pool_ = std::make_unique<cuda::DevicePool>(pc);
     page_mark_.assign(static_cast<std::size_t>(pages), 0);
     reset_store(pages);
   }
@@ -112,15 +114,19 @@ class CudaBackend final : public DeviceBackend {
   CudaBackend& operator=(const CudaBackend&) = delete;
 
   std::string name() const override {
-    return "cuda (cuBLAS bf16 GEMMs, lazyattn::cuda prefill/decode, bf16 KV) on " + device_name_;
+    return "cuda (cuBLAS bf16 GEMMs, lazyattn::cuda prefill/decode, " +
+           std::string(to_string(options_.kv_dtype)) + " KV) on " + device_name_;
   }
+  DType kv_dtype() const override { return options_.kv_dtype; }
+  std::int64_t fp8_saturated() const override { return pool_ ? pool_->fp8_saturated() : 0; }
+  std::vector<float> fp8_scales(bool k) const override { return k ? scales_.k : scales_.v; }
   const ModelConfig& model() const override { return config_; }
   KvStore& store() override { return *store_; }
 
   std::int64_t max_pages() const override { return pool_->geometry().num_pages; }
   std::int64_t page_bytes() const override {
     return std::int64_t{2} * config_.num_layers * config_.num_kv_heads * options_.page_size *
-           config_.head_dim * static_cast<std::int64_t>(sizeof(bf16));
+           config_.head_dim * static_cast<std::int64_t>(size_of(options_.kv_dtype));
   }
 
   void reset_store(std::int64_t num_pages) override {
@@ -150,7 +156,19 @@ class CudaBackend final : public DeviceBackend {
        << row_capacity_ << " rows, cuBLAS workspace, context)\n"
        << "KV pool: " << max_pages() << " pages of " << page_bytes()
        << " bytes = " << gib(static_cast<std::size_t>(max_pages() * page_bytes()))
-       << " GiB (gpu_memory_utilization " << options_.gpu_memory_utilization << ")\n";
+       << " GiB (" << to_string(options_.kv_dtype) << ", gpu_memory_utilization "
+       << options_.gpu_memory_utilization << ")\n";
+    if (!scales_.k.empty()) {
+      auto range = [](const std::vector<float>& x) {
+        const auto [lo, hi] = std::minmax_element(x.begin(), x.end());
+        std::ostringstream r;
+        r << *lo << " to " << *hi;
+        return r.str();
+      };
+      os << "fp8 scales (per layer and KV head, calibrated on " << fp8::kDocuments << " x "
+         << fp8::kLength << " random tokens): K " << range(scales_.k) << ", V "
+         << range(scales_.v) << "\n";
+    }
     return os.str();
   }
 
@@ -259,17 +277,17 @@ class CudaBackend final : public DeviceBackend {
       kernels::split_qkv<<<grid_rows, 128, 0, stream_>>>(qkv_.data(), q_.data(), k_.data(),
                                                          v_.data(), qw, kw);
       LAZYATTN_CUDA_CHECK_LAUNCH();
-      cuda::write_tokens(*pool_, l, k_.data(), v_.data(), static_cast<std::int32_t>(rows), d_page,
-                         d_slot, d_pos, *rope_, stream_);
+      cuda::write_tokens(*pool_, l, DType::kBFloat16, k_.data(), v_.data(),
+                         static_cast<std::int32_t>(rows), d_page, d_slot, d_pos, *rope_, stream_);
       attention(l, decode_step);
       if (rotate_again) {
         std::int64_t r0 = 0;
         for (const EncodeItem& e : batch.encodes) {
           const auto n = static_cast<std::int64_t>(e.tokens.size());
           if (e.rotate_by != 0) {
-            cuda::write_tokens(*pool_, l, k_.data() + r0 * kw, v_.data() + r0 * kw,
-                               static_cast<std::int32_t>(n), d_page + r0, d_slot + r0, d_pos2 + r0,
-                               *rope_, stream_);
+            cuda::write_tokens(*pool_, l, DType::kBFloat16, k_.data() + r0 * kw,
+                               v_.data() + r0 * kw, static_cast<std::int32_t>(n), d_page + r0,
+                               d_slot + r0, d_pos2 + r0, *rope_, stream_);
           }
           r0 += n;
         }
@@ -481,6 +499,8 @@ class CudaBackend final : public DeviceBackend {
     LAZYATTN_CHECK(
         o.page_size >= 1 && o.page_size <= 1024 && (o.page_size & (o.page_size - 1)) == 0, w,
         ": page_size ", o.page_size, ", expected a power of two in [1, 1024]");
+    LAZYATTN_CHECK(o.kv_dtype == DType::kBFloat16 || o.kv_dtype == DType::kFloat8E4M3, w,
+                   ": kv_dtype ", to_string(o.kv_dtype), ", expected bfloat16 or float8_e4m3");
     LAZYATTN_CHECK(o.gpu_memory_utilization > 0 && o.gpu_memory_utilization <= 1, w,
                    ": gpu_memory_utilization ", o.gpu_memory_utilization, ", expected in (0, 1]");
     LAZYATTN_CHECK(o.max_step_tokens >= 1 && o.max_batch >= 1 && o.max_pages >= 0, w,
@@ -618,6 +638,47 @@ class CudaBackend final : public DeviceBackend {
     }
   }
 
+  KvStoreConfig pool_config(DType dtype, std::int64_t pages) const {
+    return KvStoreConfig{.num_layers = config_.num_layers,
+                         .num_kv_heads = config_.num_kv_heads,
+                         .head_dim = config_.head_dim,
+                         .page_size = options_.page_size,
+                         .dtype = dtype,
+                         .num_pages = pages};
+  }
+
+  // The fp8 scales of this model (fp8_calibration.hpp): the calibration documents encoded by
+  // forward() into a bf16 pool of their pages, downloaded, measured; pool and store are freed.
+  fp8::Scales calibrate_fp8() {
+    const std::int64_t pages_per_doc = (fp8::kLength + options_.page_size - 1) / options_.page_size;
+    const KvStoreConfig cc = pool_config(DType::kBFloat16, fp8::kDocuments * pages_per_doc);
+    pool_ = std::make_unique<cuda::DevicePool>(cc);
+    page_mark_.assign(static_cast<std::size_t>(cc.num_pages), 0);
+    reset_store(cc.num_pages);
+    const std::vector<std::vector<std::int32_t>> docs =
+        fp8::documents(config_.vocab_size, options_.weight_seed);
+    StepBatch batch;
+    std::vector<std::vector<std::int32_t>> pages;
+    for (const std::vector<std::int32_t>& d : docs) {
+      const DocHandle h =
+          store_->allocate(DocKey::from_tokens(d), StorageForm::kLocal, fp8::kLength).handle;
+      batch.encodes.push_back(EncodeItem{h, d});
+      pages.push_back(store_->info(h).pages);
+    }
+    StepOutput out;
+    forward(batch, out, false);
+    KvStore host(cc);
+    std::vector<std::int32_t> all(static_cast<std::size_t>(cc.num_pages));
+    for (std::size_t i = 0; i < all.size(); ++i) all[i] = static_cast<std::int32_t>(i);
+    pool_->download_pages(host, all, stream_);
+    LAZYATTN_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    fp8::Scales s = fp8::scales_from<bfloat16>(host, pages, rope_policy_.base_frequencies());
+    store_.reset();
+    pool_.reset();
+    page_mark_.clear();
+    return s;
+  }
+
   std::uint8_t mark(std::int32_t page) const {
     LAZYATTN_CHECK(page >= 0 && page < max_pages(), "rag::CudaBackend::copy_rotated: page id ",
                    page, ", expected in [0, ", max_pages(), ")");
@@ -646,8 +707,13 @@ class CudaBackend final : public DeviceBackend {
     up.send(copy_host_, copy_inputs_, stream_);
     const PoolGeometry& geo = pool_->geometry();
     kernels::CopyParams p{};
-    p.k_pool = static_cast<bf16*>(pool_->k_layer(0));
-    p.v_pool = static_cast<bf16*>(pool_->v_layer(0));
+    p.k_pool = pool_->k_layer(0);
+    p.v_pool = pool_->v_layer(0);
+    const bool fp8 = pool_->dtype() == DType::kFloat8E4M3;
+    if (fp8) {
+      p.k_scale = pool_->k_scales(0);  // [num_layers][num_kv_heads]
+      p.saturated = pool_->saturation_counter();
+    }
     p.src_page = up.at<std::int32_t>(copy_inputs_, o_sp);
     p.src_slot = up.at<std::int32_t>(copy_inputs_, o_ss);
     p.dst_page = up.at<std::int32_t>(copy_inputs_, o_dp);
@@ -669,7 +735,8 @@ class CudaBackend final : public DeviceBackend {
         const dim3 grid(
             static_cast<unsigned>((p.count + kernels::kCopyTokens - 1) / kernels::kCopyTokens),
             static_cast<unsigned>(geo.num_layers));
-        kernels::copy_rotate<<<grid, 256, smem, stream_>>>(p);
+        if (fp8) kernels::copy_rotate<__nv_fp8_storage_t><<<grid, 256, smem, stream_>>>(p);
+        else kernels::copy_rotate<bf16><<<grid, 256, smem, stream_>>>(p);
         LAZYATTN_CUDA_CHECK_LAUNCH();
       }
       begin = end;
@@ -720,6 +787,7 @@ class CudaBackend final : public DeviceBackend {
   std::vector<std::uint8_t> page_mark_;
   std::vector<std::int32_t> marked_pages_;
 
+  fp8::Scales scales_;  // fp8 pools: K's and V's, [num_layers][num_kv_heads]; else empty
   std::size_t weight_bytes_ = 0, total_bytes_ = 0, used_before_kv_ = 0;
   bool weights_from_host_ = false;
 };

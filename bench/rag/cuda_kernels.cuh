@@ -9,8 +9,11 @@
 
 #include <cfloat>
 #include <cstdint>
+#include <type_traits>
 
 #include "lazyattn/cuda/device_rope.cuh"
+#include "lazyattn/cuda/page_write.cuh"
+#include "lazyattn/cuda/reencode.cuh"
 #include "lazyattn/cuda/rope.cuh"
 #include "lazyattn/detail/splitmix.hpp"
 
@@ -142,9 +145,11 @@ static __global__ void argmax(const float* logits, int vocab, std::int32_t* out)
 
 // Token t of a copy batch: K and V of (src_page[t], src_slot[t]) to (dst_page[t], dst_slot[t]) in
 // every layer and KV head, K rotated by delta[t] positions (on top of the rotation it carries).
+// fp8 pools: K dequantized with its layer's and head's scale, rotated, quantized again with it
+// (saturating and counted, as page writes do); V's codes and K's past the rotary dims copied.
 struct CopyParams {
-  bf16* k_pool;  // layer 0 of [num_layers, num_pages, num_kv_heads, page_size, head_dim]
-  bf16* v_pool;
+  void* k_pool;  // layer 0 of [num_layers, num_pages, num_kv_heads, page_size, head_dim]
+  void* v_pool;
   const std::int32_t* src_page;
   const std::int32_t* src_slot;
   const std::int32_t* dst_page;
@@ -158,13 +163,18 @@ struct CopyParams {
   std::int32_t count;
   std::int32_t num_kv_heads;
   std::int32_t head_dim;
+  const float* k_scale = nullptr;  // fp8: [num_layers][num_kv_heads]
+  unsigned long long* saturated = nullptr;  // fp8: the pool's saturation counter
 };
 
 inline constexpr int kCopyTokens = 8;  // tokens per block; cos/sin shared by heads and layers
 
 // Grid (ceil(count / kCopyTokens), num_layers). One thread owns a rotation pair, so a token may be
 // copied onto itself (src == dst) safely; other overlaps between source and destination are not.
+// T: the pool's element type (bf16, or fp8 storage).
+template <class T>
 static __global__ void copy_rotate(const __grid_constant__ CopyParams p) {
+  constexpr bool kFp8 = std::is_same_v<T, __nv_fp8_storage_t>;
   extern __shared__ float2 cs[];  // [kCopyTokens][rotary_dim / 2]
   const int t0 = blockIdx.x * kCopyTokens;
   const int ntok = min(kCopyTokens, p.count - t0);
@@ -176,6 +186,8 @@ static __global__ void copy_rotate(const __grid_constant__ CopyParams p) {
   __syncthreads();
   const int D = p.head_dim, H = p.num_kv_heads, pairs = D / 2;
   const std::int64_t layer = static_cast<std::int64_t>(blockIdx.y) * p.layer_stride;
+  T* kp = static_cast<T*>(p.k_pool);
+  T* vp = static_cast<T*>(p.v_pool);
   for (int i = threadIdx.x; i < ntok * H * pairs; i += blockDim.x) {
     const int t = i / (H * pairs), h = (i / pairs) % H, j = i % pairs;
     const int tok = p.first + t0 + t;
@@ -196,17 +208,19 @@ static __global__ void copy_rotate(const __grid_constant__ CopyParams p) {
       a = 2 * half + 2 * (j - half);
       b = a + 1;
     }
-    const bf16 va = p.v_pool[src + a], vb = p.v_pool[src + b];
-    const float x = __bfloat162float(p.k_pool[src + a]), y = __bfloat162float(p.k_pool[src + b]);
-    p.v_pool[dst + a] = va;
-    p.v_pool[dst + b] = vb;
+    // Everything read before anything is written (src == dst).
+    const T va = vp[src + a], vb = vp[src + b], ka = kp[src + a], kb = kp[src + b];
+    vp[dst + a] = va;
+    vp[dst + b] = vb;
     if (j < half) {
+      const float ks = kFp8 ? p.k_scale[blockIdx.y * H + h] : 1.0f;
+      const float x = cuda::detail::from_pool(ka, ks), y = cuda::detail::from_pool(kb, ks);
       const float2 c = cs[t * half + j];
-      p.k_pool[dst + a] = __float2bfloat16_rn(x * c.x - y * c.y);
-      p.k_pool[dst + b] = __float2bfloat16_rn(x * c.y + y * c.x);
+      kp[dst + a] = cuda::detail::to_pool<T>(x * c.x - y * c.y, ks, p.saturated);
+      kp[dst + b] = cuda::detail::to_pool<T>(x * c.y + y * c.x, ks, p.saturated);
     } else {
-      p.k_pool[dst + a] = __float2bfloat16_rn(x);
-      p.k_pool[dst + b] = __float2bfloat16_rn(y);
+      kp[dst + a] = ka;
+      kp[dst + b] = kb;
     }
   }
 }

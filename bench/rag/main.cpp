@@ -46,7 +46,7 @@ struct Options {
   bool gpu_memory_budget = false;  // --gpu-memory-utilization given: the KV budget is what fits
   bool cpu_weights = false;
   bool decode_kernel = true;
-  DType kv_dtype = DType::kFloat32;  // the CPU backend's pool; the CUDA backend's is bfloat16
+  DType kv_dtype = DType::kFloat32;  // the pool's element type (the CUDA backend: bfloat16 unless given)
   bool kv_dtype_given = false;
   DType budget_dtype = DType::kFloat32;  // --cache-docs / --kv-pages count bytes of this type
   bool budget_dtype_given = false;
@@ -72,7 +72,8 @@ const char* kUsage = R"(usage: lazyattn_rag_bench [options]
   --cache-docs LIST        KV budget: documents cached beside one request's working set [20]
   --kv-pages N             KV budget in pages (instead of --cache-docs)
   --kv-dtype T             the KV pool's element type: float32, bfloat16 or float8_e4m3 (fp8
-                           scales calibrated per layer and KV head); the CPU backend [float32]
+                           scales calibrated per layer and KV head); the CPU backend [float32],
+                           the CUDA backend bfloat16 or float8_e4m3 [bfloat16]
   --budget-dtype T         --cache-docs and --kv-pages count the bytes of pages of this type,
                            so that pools of two types compare at one byte budget [--kv-dtype]
   --page-size N            tokens per page [16]
@@ -221,10 +222,10 @@ Options parse(int argc, char** argv) {
     usage_error("--mode, --rates and --cache-docs need at least one value each");
   if (o.kv_pages > 0 || (o.backend == "cuda" && o.gpu_memory_budget)) o.cache_docs = {-1};
   if (o.backend == "cuda") {
-    if (o.kv_dtype_given && o.kv_dtype != DType::kBFloat16)
+    if (!o.kv_dtype_given) o.kv_dtype = DType::kBFloat16;
+    if (o.kv_dtype != DType::kBFloat16 && o.kv_dtype != DType::kFloat8E4M3)
       usage_error("--kv-dtype " + std::string(to_string(o.kv_dtype)) +
-                  " with --backend cuda: its pool is bfloat16 (no fp8 pools on the GPU yet)");
-    o.kv_dtype = DType::kBFloat16;
+                  " with --backend cuda, expected bfloat16 or float8_e4m3 (the device pool's)");
   }
   if (!o.budget_dtype_given) o.budget_dtype = o.kv_dtype;
   return o;
@@ -279,9 +280,11 @@ int run(const Options& o) {
     co.decode_kernel = o.decode_kernel;
     if (!o.gpu_memory_budget) {
       for (std::int64_t cache : o.cache_docs) {
-        co.max_pages =
-            std::max(co.max_pages, o.kv_pages > 0 ? std::int64_t{o.kv_pages}
-                                                  : kv_pages_for_cache(wc, o.page_size, cache));
+        // The budget's pages of budget_dtype, as bytes, in pages of kv_dtype (as below).
+        const std::int64_t budget_pages =
+            o.kv_pages > 0 ? std::int64_t{o.kv_pages} : kv_pages_for_cache(wc, o.page_size, cache);
+        co.max_pages = std::max(co.max_pages,
+                                budget_pages * size_of(o.budget_dtype) / size_of(o.kv_dtype));
       }
     }
     HostWeights host;
@@ -290,6 +293,7 @@ int run(const Options& o) {
       co.host_weights = &host;
     }
     co.eviction = store_policy(o.engine.eviction);
+    co.kv_dtype = o.kv_dtype;
     gpu = make_cuda_backend(model, co);
     std::fprintf(stderr, "%s", gpu->describe().c_str());
     gpu->warm_up(wc.doc_length, wc.question_length);
@@ -396,6 +400,9 @@ int run(const Options& o) {
         j.field("budget_docs", budget_docs)
             .field("top_c_hit_ratio_same_draws_at_budget", ideal_at_budget);
         if (cpu) j.field("fp8_saturated", cpu->fp8_saturated());
+#if LAZYATTN_RAG_CUDA
+        if (gpu) j.field("fp8_saturated", gpu->fp8_saturated());
+#endif
         write_requests(j, r);
         j.close();
       }

@@ -372,6 +372,99 @@ TEST_CASE("rag cuda backend: the modes complete, lazy computes block-attention's
   }
 }
 
+TEST_CASE("rag cuda backend over an fp8 pool: calibrated as the CPU's, logits moved as little",
+          "[cuda][rag][fp8]") {
+  const ModelConfig model = model_config("tiny-d64");
+  const int vocab = model.vocab_size;
+  const std::uint64_t seed = 7;
+  const HostWeights weights = cpu_backend_weights(model, seed);
+  CudaBackendOptions co;
+  co.host_weights = &weights;
+  co.max_pages = 64;
+  co.max_step_tokens = 256;
+  co.max_batch = 4;
+  std::unique_ptr<DeviceBackend> gpu16 = make_cuda_backend(model, co);
+  co.kv_dtype = DType::kFloat8E4M3;
+  std::unique_ptr<DeviceBackend> gpu8 = make_cuda_backend(model, co);
+  CHECK(gpu8->kv_dtype() == DType::kFloat8E4M3);
+  CHECK(gpu8->page_bytes() * 2 == gpu16->page_bytes());
+  CHECK(gpu16->fp8_scales(true).empty());
+
+  WorkloadConfig c =
+      lazyattn::rag::test::small_workload(vocab, /*num_requests=*/6, /*output_tokens=*/3);
+  c.rate = 0.05;  // one request at a time: every run makes the same store calls
+  const Workload w = make_workload(c);
+  const std::int64_t cache_docs = 4;
+  const std::int64_t pages = kv_pages_for_cache(c, 16, cache_docs);
+  std::unique_ptr<Backend> cpu32 = make_cpu_backend(model, pages, 16, seed);
+  std::unique_ptr<Backend> cpu8 = make_cpu_backend(model, pages, 16, seed, DType::kFloat8E4M3);
+
+  // The scales: the same calibration over the same weights, the GPU's in bf16 (weights,
+  // activations, the bf16 pool it measures): each within 5% of the CPU's float32 one, where a
+  // calibrated maximum's bf16 error is about 1%.
+  const KvStore& s8 = cpu8->store();
+  for (bool k : {true, false}) {
+    const std::vector<float> g = gpu8->fp8_scales(k);
+    REQUIRE(g.size() == static_cast<std::size_t>(model.num_layers * model.num_kv_heads));
+    for (int l = 0; l < model.num_layers; ++l) {
+      for (int h = 0; h < model.num_kv_heads; ++h) {
+        const float want = k ? s8.k_scale(l, h) : s8.v_scale(l, h);
+        const float got = g[static_cast<std::size_t>(l * model.num_kv_heads + h)];
+        INFO((k ? "K" : "V") << " scale of layer " << l << " head " << h << ": GPU " << got
+                             << ", CPU " << want);
+        CHECK(std::fabs(got / want - 1.0f) < 0.05f);
+      }
+    }
+  }
+
+  EngineConfig ec;
+  ec.record_logits = true;
+  ec.mode = Mode::kLazy;
+  ec.lfu_capacity = cache_docs;
+  auto cpu_run = [&](Backend& b) { return Engine(b, w, ec).run(); };
+  const RunResult r32 = cpu_run(*cpu32), r8c = cpu_run(*cpu8);
+  const RunResult r16 = run_mode(*gpu16, w, Mode::kLazy, cache_docs, ec);
+  const RunResult r8 = run_mode(*gpu8, w, Mode::kLazy, cache_docs, ec);
+  const RunResult b8 = run_mode(*gpu8, w, Mode::kBlockAttention, cache_docs, ec);
+  CHECK(b8.tokens_copied > 0);
+  CHECK(gpu8->fp8_saturated() == 0);
+
+  // First tokens' logits (every run feeds the same inputs up to there): the fp8 pool moves the
+  // GPU's by at most twice what it moves the CPU's (float32 against fp8 of the same model),
+  // plus the bf16 noise of two GPU runs (kModeBound); and it moves them at all.
+  auto first_diff = [&](const RunResult& a, const RunResult& b, double& sum2) {
+    double d = 0;
+    for (std::size_t i = 0; i < w.requests.size(); ++i) {
+      const std::vector<float>& x = a.requests[i].logits;
+      const std::vector<float>& y = b.requests[i].logits;
+      REQUIRE(x.size() >= static_cast<std::size_t>(vocab));
+      REQUIRE(y.size() >= static_cast<std::size_t>(vocab));
+      for (std::size_t j = 0; j < static_cast<std::size_t>(vocab); ++j) {
+        d = std::max(d, static_cast<double>(std::fabs(x[j] - y[j])));
+        sum2 += static_cast<double>(x[j]) * x[j];
+      }
+    }
+    return d;
+  };
+  double sum_cpu = 0, sum_gpu = 0, unused = 0;
+  const double d_cpu = first_diff(r32, r8c, sum_cpu);
+  const double d_gpu = first_diff(r16, r8, sum_gpu);
+  const double d_block = first_diff(r8, b8, unused);
+  const auto n = static_cast<double>(w.requests.size()) * vocab;
+  const double rms_cpu = std::sqrt(sum_cpu / n), rms_gpu = std::sqrt(sum_gpu / n);
+  INFO("max |first-token logit diff|: CPU float32 vs fp8 " << d_cpu << " (rms " << rms_cpu
+       << "), GPU bf16 vs fp8 " << d_gpu << " (rms " << rms_gpu << "), GPU fp8 lazy vs "
+       << "block-attention " << d_block);
+  CHECK(d_cpu > 0);
+  CHECK(d_gpu > 0);
+  CHECK(d_gpu <= 2 * d_cpu * rms_gpu / rms_cpu + kModeBound * rms_gpu);
+  // Block-attention's copies quantize K once more after rotating it: about one more fp8 rounding.
+  CHECK(d_block <= 2 * d_cpu * rms_gpu / rms_cpu + kModeBound * rms_gpu);
+  WARN("fp8 pools, first-token logits: CPU float32 vs fp8 " << d_cpu / rms_cpu
+       << " x rms, GPU bf16 vs fp8 " << d_gpu / rms_gpu << " x rms, GPU fp8 lazy vs block "
+       << d_block / rms_gpu << " x rms");
+}
+
 TEST_CASE("rag cuda backend: configurations the kernels cannot run throw, naming the value",
           "[cuda][rag]") {
   auto message = [](const ModelConfig& c, const CudaBackendOptions& o = {}) -> std::string {
@@ -411,6 +504,12 @@ TEST_CASE("rag cuda backend: configurations the kernels cannot run throw, naming
   m = message(model_config("tiny-d64"), o);
   INFO(m);
   CHECK(m.find("gpu_memory_utilization 1.5") != std::string::npos);
+
+  o = CudaBackendOptions{};
+  o.kv_dtype = DType::kFloat16;
+  m = message(model_config("tiny-d64"), o);
+  INFO(m);
+  CHECK(m.find("kv_dtype float16") != std::string::npos);
 }
 
 #endif  // __has_include("backends.hpp")
