@@ -28,7 +28,7 @@
 // into the even dims' B register and the odd dims', so each MMA covers every other dim of a
 // 16-dim block (merge_warps_and_store maps the columns back). K's scale, one per KV head,
 // multiplies the scores; V's the output. Raw-form fp8 keys are rotated after the dequantization,
-// in the same registers (decode/scores.cuh, scores_raw_fp8).
+// in the same registers, in packed half math (decode/scores.cuh, scores_raw_fp8).
 //
 // Per CTA, in order: the first tiles' copies go out; the first query is built under them; then
 // per tile: wait for it, issue the next loads, switch the query if the tile's rotation differs,
@@ -190,8 +190,10 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
   // (pairs j, partners j + rotary/2); interleaved, k-step kk = e / 2, pairs 8 kk + t4 + {0, 4}.
   const float2* offset_table =
       p.rope.offset_cs + static_cast<std::int64_t>(rope_set) * p.rope.offset_rows * rot_half;
-  const RawKeyAngles<D, kRope && kRawTiles, kFp8> key_cs(offset_table, warp, g, t4, rotary,
-                                                         interleaved);
+  // (fp8: half2 pairs for the packed-half rotation of dequantized codes, decode/scores.cuh)
+  using KeyAngles = std::conditional_t<kFp8, RawKeyAnglesFp8<D, kRope && kRawTiles>,
+                                       RawKeyAngles<D, kRope && kRawTiles>>;
+  const KeyAngles key_cs(offset_table, warp, g, t4, rotary, interleaved);
 
   // ---- the rotated query ----------------------------------------------------------------------
   // Each tile needs the query rotated by tile_delta (m - s local, m - n0 raw). Two buffers: the

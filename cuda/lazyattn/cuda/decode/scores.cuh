@@ -9,6 +9,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <cstring>
 
 #include "lazyattn/cuda/decode/params.cuh"
 #include "lazyattn/cuda/kv_tile.cuh"
@@ -20,12 +21,10 @@ namespace lazyattn::cuda::detail {
 // cos/sin of this thread's two keys' offsets in a tile, per rotary pair its B fragments hold:
 // keys r = 16 warp + g and r + 8. Entry e of a key: in the rotate-half layout k-step kk = e / 4
 // of the first half, dims j = 16 kk + 2 t4 + {0, 1, 8, 9} (pairs j, partners j + rotary/2);
-// interleaved, k-step kk = e / 2, pairs 8 kk + t4 + {0, 4}. fp8 codes (kFp8: a register holds
-// dims 16 kk + 4 t4 .. + 3, see kernel.cuh): rotate-half dims j = 16 kk + 4 t4 + {0, 1, 2, 3},
-// interleaved pairs 8 kk + 2 t4 + {0, 1}. In registers up to D = 128 (loaded once, before the
-// first tile, their latency hidden under the first tiles'); at 256 read from the offset table
-// (L1/L2) at each use.
-template <int D, bool kLoad, bool kFp8 = false>
+// interleaved, k-step kk = e / 2, pairs 8 kk + t4 + {0, 4}. In registers up to D = 128 (loaded
+// once, before the first tile, their latency hidden under the first tiles'); at 256 read from the
+// offset table (L1/L2) at each use.
+template <int D, bool kLoad>
 struct RawKeyAngles {
   static constexpr bool kInRegisters = DecodeShape<D>::kKeyCsInRegisters;
   static constexpr int kEntries = D / 8;
@@ -50,10 +49,10 @@ struct RawKeyAngles {
     int pair;
     bool valid;
     if (interleaved) {
-      pair = 8 * (e >> 1) + (kFp8 ? 2 * t4 + (e & 1) : t4 + 4 * (e & 1));
+      pair = 8 * (e >> 1) + t4 + 4 * (e & 1);
       valid = (e >> 1) < rot_steps;
     } else {
-      pair = 16 * (e >> 2) + (kFp8 ? 4 * t4 + (e & 3) : 2 * t4 + (e & 1) + 8 * ((e >> 1) & 1));
+      pair = 16 * (e >> 2) + 2 * t4 + (e & 1) + 8 * ((e >> 1) & 1);
       valid = (e >> 2) < half_steps;
     }
     return valid ? __ldg(offset_table + r * rot_half + pair) : make_float2(1.0f, 0.0f);
@@ -169,14 +168,65 @@ __device__ __forceinline__ void scores_raw(float (&sc)[2][4], Angles&& key_cs,
   }
 }
 
+// The fp8 decode's raw-key angles, as half2 pairs for the rotation in packed half math (codes
+// dequantize exactly to half, and |code| <= 448 keeps every product far from half's range). A
+// thread's k-step kk of key r (r = 16 warp + g, and r + 8) holds dims 16 kk + 4 t4 .. + 3 (see
+// kernel.cuh); entry E of a key is two rotary pairs j0, j0 + 1 as (cos j0, cos j0 + 1) and
+// (sin j0, sin j0 + 1): rotate-half, E = 2 kk + h of the first half's k-steps, j0 = 16 kk + 4 t4
+// + 2 h (partners j0 + rotary / 2); interleaved, E = kk, j0 = 8 kk + 2 t4 (dims 2 j0 .. 2 j0 + 3).
+// D / 16 entries per key, two registers each: in registers up to D = 128, as RawKeyAngles.
+template <int D, bool kLoad>
+struct RawKeyAnglesFp8 {
+  static constexpr bool kInRegisters = DecodeShape<D>::kKeyCsInRegisters;
+  static constexpr int kEntries = D / 16;
+  const float2* offset_table;  // [offset][pair] of this request's schedule
+  int row, t4, rot_steps, half_steps, rot_half;
+  bool interleaved;
+  __half2 cos_[kInRegisters ? 2 : 1][kInRegisters ? kEntries : 1];
+  __half2 sin_[kInRegisters ? 2 : 1][kInRegisters ? kEntries : 1];
+
+  __device__ __forceinline__ RawKeyAnglesFp8(const float2* table, int warp, int g, int t4_,
+                                             int rotary, bool interleaved_)
+      : offset_table(table), row(warp * 16 + g), t4(t4_), rot_steps(rotary / 16),
+        half_steps(rotary / 32), rot_half(rotary / 2), interleaved(interleaved_) {
+    if constexpr (kLoad && kInRegisters) {
+#pragma unroll
+      for (int key = 0; key < 2; ++key)
+#pragma unroll
+        for (int e = 0; e < kEntries; ++e) load(key, e, cos_[key][e], sin_[key][e]);
+    }
+  }
+  __device__ __forceinline__ void load(int key, int e, __half2& c, __half2& s) const {
+    const int r = row + 8 * key;
+    const int j0 = interleaved ? 8 * e + 2 * t4 : 16 * (e >> 1) + 4 * t4 + 2 * (e & 1);
+    const bool valid = interleaved ? e < rot_steps : (e >> 1) < half_steps;
+    const float2* at = offset_table + r * rot_half + j0;
+    const float2 a = valid ? __ldg(at) : make_float2(1.0f, 0.0f);
+    const float2 b = valid ? __ldg(at + 1) : make_float2(1.0f, 0.0f);
+    c = __floats2half2_rn(a.x, b.x);
+    s = __floats2half2_rn(a.y, b.y);
+  }
+  // key and e compile-time in unrolled loops
+  __device__ __forceinline__ void operator()(int key, int e, __half2& c, __half2& s) const {
+    if constexpr (kInRegisters) {
+      c = cos_[key][e];
+      s = sin_[key][e];
+    } else {
+      load(key, e, c, s);
+    }
+  }
+};
+
 // S of raw-form keys of an fp8 pool: the codes of k-step kk (16 dims) of key r come as one
 // register per key, dims 16 kk + 4 t4 .. + 3 (load_k2(kr, ca, cb): kr[nt] k-step ca of key
 // 16 warp + 8 nt + g, kr[2 + nt] k-step cb), dequantized exactly to two half2 B registers
-// (dims 4 t4, 4 t4 + 1 and 4 t4 + 2, 4 t4 + 3, the order the query's fragments take), rotated
-// there in fp32 by the key's offset in the tile and rounded to half once. A rotate-half partner
-// lies rotary / 32 k-steps further at the same place in its register (rotary is a multiple of
-// 32), so one ldmatrix.x4 brings a k-step and its partners; interleaved pairs are within a half2.
-// The K scale multiplies the scores afterwards (rotation is linear).
+// (dims 4 t4, 4 t4 + 1 and 4 t4 + 2, 4 t4 + 3, the order the query's fragments take) and rotated
+// there by the key's offset in the tile in packed half math, two pairs per four instructions
+// (RawKeyAnglesFp8). A rotate-half partner lies rotary / 32 k-steps further at the same place in
+// its register (rotary is a multiple of 32), so one ldmatrix.x4 brings a k-step and its
+// partners; interleaved pairs are gathered into (firsts, seconds) by byte permutes before the
+// conversion and put back after. The K scale multiplies the scores afterwards (rotation is
+// linear).
 template <int D, class Angles, class LoadK2, class Fragment>
 __device__ __forceinline__ void scores_raw_fp8(float (&sc)[2][4], Angles&& key_cs,
                                                LoadK2&& load_k2, Fragment&& fragment, int rotary,
@@ -184,6 +234,24 @@ __device__ __forceinline__ void scores_raw_fp8(float (&sc)[2][4], Angles&& key_c
   constexpr int kKSteps = DecodeShape<D>::kKSteps;
   const int rot_steps = rotary / 16;  // k-steps that hold rotary dims
   const int half_steps = rot_steps / 2;
+  auto as_h2 = [](std::uint32_t x) {
+    __half2 h;
+    memcpy(&h, &x, 4);
+    return h;
+  };
+  auto as_u32 = [](__half2 h) {
+    std::uint32_t x;
+    memcpy(&x, &h, 4);
+    return x;
+  };
+  // (x, y) of two pairs <- (x c - y s, x s + y c), elementwise.
+  auto rotate = [&](std::uint32_t& x, std::uint32_t& y, int key, int e) {
+    __half2 c, s;
+    key_cs(key, e, c, s);
+    const __half2 hx = as_h2(x), hy = as_h2(y);
+    x = as_u32(__hfma2(hx, c, __hneg2(__hmul2(hy, s))));
+    y = as_u32(__hfma2(hx, s, __hmul2(hy, c)));
+  };
   auto dequant = [](std::uint32_t codes, std::uint32_t& lo, std::uint32_t& hi) {
     lo = ptx::e4m3x2_to_half2(codes);
     hi = ptx::e4m3x2_to_half2(codes >> 16);
@@ -199,11 +267,16 @@ __device__ __forceinline__ void scores_raw_fp8(float (&sc)[2][4], Angles&& key_c
         fragment(a, kk + j);
 #pragma unroll
         for (int nt = 0; nt < 2; ++nt) {
+          const std::uint32_t codes = kr[2 * j + nt];  // x0 y0 x1 y1: pairs j0, j0 + 1
           std::uint32_t lo, hi;
-          dequant(kr[2 * j + nt], lo, hi);
           if (kk + j < rot_steps) {
-            rotate_interleaved_reg<__half>(lo, key_cs(nt, 2 * (kk + j)));
-            rotate_interleaved_reg<__half>(hi, key_cs(nt, 2 * (kk + j) + 1));
+            std::uint32_t x = ptx::e4m3x2_to_half2(__byte_perm(codes, 0, 0x0020));
+            std::uint32_t y = ptx::e4m3x2_to_half2(__byte_perm(codes, 0, 0x0031));
+            rotate(x, y, nt, kk + j);
+            lo = __byte_perm(x, y, 0x5410);  // (x0, y0)
+            hi = __byte_perm(x, y, 0x7632);  // (x1, y1)
+          } else {
+            dequant(codes, lo, hi);
           }
           ptx::mma_16816<__half>(sc[nt], a, lo, hi);
         }
@@ -216,14 +289,14 @@ __device__ __forceinline__ void scores_raw_fp8(float (&sc)[2][4], Angles&& key_c
       load_k2(kr, kk, pk);
       fragment(a, kk);
       fragment(ap, pk);
-      const int e = 4 * (kk < kKSteps / 2 ? kk : 0);  // kk < pk <= kKSteps / 2 + kk
+      const int e = 2 * (kk < kKSteps / 2 ? kk : 0);  // kk < pk <= kKSteps / 2 + kk
 #pragma unroll
       for (int nt = 0; nt < 2; ++nt) {
         std::uint32_t xl, xh, yl, yh;
         dequant(kr[nt], xl, xh);
         dequant(kr[2 + nt], yl, yh);
-        rotate_half_regs<__half>(xl, yl, key_cs(nt, e), key_cs(nt, e + 1));
-        rotate_half_regs<__half>(xh, yh, key_cs(nt, e + 2), key_cs(nt, e + 3));
+        rotate(xl, yl, nt, e);
+        rotate(xh, yh, nt, e + 1);
         ptx::mma_16816<__half>(sc[nt], a, xl, xh);
         ptx::mma_16816<__half>(sc[nt], ap, yl, yh);
       }
