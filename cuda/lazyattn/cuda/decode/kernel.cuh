@@ -191,9 +191,8 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
   const float2* offset_table =
       p.rope.offset_cs + static_cast<std::int64_t>(rope_set) * p.rope.offset_rows * rot_half;
   // (fp8: half2 pairs for the packed-half rotation of dequantized codes, decode/scores.cuh)
-  using KeyAngles = std::conditional_t<kFp8, RawKeyAnglesFp8<D, kRope && kRawTiles>,
-                                       RawKeyAngles<D, kRope && kRawTiles>>;
-  const KeyAngles key_cs(offset_table, warp, g, t4, rotary, interleaved);
+  const RawKeyAngles<D, kRope && kRawTiles, kFp8> key_cs(offset_table, warp, g, t4, rotary,
+                                                         interleaved);
 
   // ---- the rotated query ----------------------------------------------------------------------
   // Each tile needs the query rotated by tile_delta (m - s local, m - n0 raw). Two buffers: the

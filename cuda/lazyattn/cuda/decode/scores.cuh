@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "lazyattn/cuda/decode/params.cuh"
 #include "lazyattn/cuda/kv_tile.cuh"
@@ -18,20 +19,32 @@
 
 namespace lazyattn::cuda::detail {
 
+// Two rotary pairs' cos and sin as half2 (the fp8 decode's raw-key angles, below).
+struct HalfAngles {
+  __half2 c, s;
+};
+
 // cos/sin of this thread's two keys' offsets in a tile, per rotary pair its B fragments hold:
-// keys r = 16 warp + g and r + 8. Entry e of a key: in the rotate-half layout k-step kk = e / 4
-// of the first half, dims j = 16 kk + 2 t4 + {0, 1, 8, 9} (pairs j, partners j + rotary/2);
-// interleaved, k-step kk = e / 2, pairs 8 kk + t4 + {0, 4}. In registers up to D = 128 (loaded
-// once, before the first tile, their latency hidden under the first tiles'); at 256 read from the
-// offset table (L1/L2) at each use.
-template <int D, bool kLoad>
+// keys r = 16 warp + g and r + 8. Entry e of a key (a float2):
+//   rotate-half: k-step kk = e / 4 of the first half, dims j = 16 kk + 2 t4 + {0, 1, 8, 9}
+//                (pairs j, partners j + rotary/2);
+//   interleaved: k-step kk = e / 2, pairs 8 kk + t4 + {0, 4}.
+// kFp8 (the fp8 decode: a k-step's register holds dims 16 kk + 4 t4 .. + 3 of a key, see
+// kernel.cuh, rotated in packed half math): entry e is two pairs j0, j0 + 1 as HalfAngles
+// (cos j0, cos j0 + 1) and (sin j0, sin j0 + 1):
+//   rotate-half: e = 2 kk + h of the first half's k-steps, j0 = 16 kk + 4 t4 + 2 h;
+//   interleaved: e = kk, j0 = 8 kk + 2 t4 (dims 2 j0 .. 2 j0 + 3).
+// In registers up to D = 128 (loaded once, before the first tile, their latency hidden under the
+// first tiles'; fp8: half the registers); at 256 read from the offset table (L1/L2) at each use.
+template <int D, bool kLoad, bool kFp8 = false>
 struct RawKeyAngles {
+  using Entry = std::conditional_t<kFp8, HalfAngles, float2>;
   static constexpr bool kInRegisters = DecodeShape<D>::kKeyCsInRegisters;
-  static constexpr int kEntries = D / 8;
+  static constexpr int kEntries = kFp8 ? D / 16 : D / 8;
   const float2* offset_table;  // [offset][pair] of this request's schedule
   int row, t4, rot_steps, half_steps, rot_half;
   bool interleaved;
-  float2 reg[kInRegisters ? 2 : 1][kInRegisters ? kEntries : 1] = {};
+  Entry reg[kInRegisters ? 2 : 1][kInRegisters ? kEntries : 1] = {};
 
   __device__ __forceinline__ RawKeyAngles(const float2* table, int warp, int g, int t4_,
                                           int rotary, bool interleaved_)
@@ -44,21 +57,30 @@ struct RawKeyAngles {
         for (int e = 0; e < kEntries; ++e) reg[key][e] = load(key, e);
     }
   }
-  __device__ __forceinline__ float2 load(int key, int e) const {
+  __device__ __forceinline__ Entry load(int key, int e) const {
     const int r = row + 8 * key;
-    int pair;
-    bool valid;
-    if (interleaved) {
-      pair = 8 * (e >> 1) + t4 + 4 * (e & 1);
-      valid = (e >> 1) < rot_steps;
+    const float2 one = make_float2(1.0f, 0.0f);
+    if constexpr (kFp8) {
+      const int j0 = interleaved ? 8 * e + 2 * t4 : 16 * (e >> 1) + 4 * t4 + 2 * (e & 1);
+      const bool valid = interleaved ? e < rot_steps : (e >> 1) < half_steps;
+      const float2* at = offset_table + r * rot_half + j0;
+      const float2 a = valid ? __ldg(at) : one, b = valid ? __ldg(at + 1) : one;
+      return HalfAngles{__floats2half2_rn(a.x, b.x), __floats2half2_rn(a.y, b.y)};
     } else {
-      pair = 16 * (e >> 2) + 2 * t4 + (e & 1) + 8 * ((e >> 1) & 1);
-      valid = (e >> 2) < half_steps;
+      int pair;
+      bool valid;
+      if (interleaved) {
+        pair = 8 * (e >> 1) + t4 + 4 * (e & 1);
+        valid = (e >> 1) < rot_steps;
+      } else {
+        pair = 16 * (e >> 2) + 2 * t4 + (e & 1) + 8 * ((e >> 1) & 1);
+        valid = (e >> 2) < half_steps;
+      }
+      return valid ? __ldg(offset_table + r * rot_half + pair) : one;
     }
-    return valid ? __ldg(offset_table + r * rot_half + pair) : make_float2(1.0f, 0.0f);
   }
   // key and e compile-time in unrolled loops
-  __device__ __forceinline__ float2 operator()(int key, int e) const {
+  __device__ __forceinline__ Entry operator()(int key, int e) const {
     if constexpr (kInRegisters) return reg[key][e];
     else return load(key, e);
   }
@@ -168,61 +190,12 @@ __device__ __forceinline__ void scores_raw(float (&sc)[2][4], Angles&& key_cs,
   }
 }
 
-// The fp8 decode's raw-key angles, as half2 pairs for the rotation in packed half math (codes
-// dequantize exactly to half, and |code| <= 448 keeps every product far from half's range). A
-// thread's k-step kk of key r (r = 16 warp + g, and r + 8) holds dims 16 kk + 4 t4 .. + 3 (see
-// kernel.cuh); entry E of a key is two rotary pairs j0, j0 + 1 as (cos j0, cos j0 + 1) and
-// (sin j0, sin j0 + 1): rotate-half, E = 2 kk + h of the first half's k-steps, j0 = 16 kk + 4 t4
-// + 2 h (partners j0 + rotary / 2); interleaved, E = kk, j0 = 8 kk + 2 t4 (dims 2 j0 .. 2 j0 + 3).
-// D / 16 entries per key, two registers each: in registers up to D = 128, as RawKeyAngles.
-template <int D, bool kLoad>
-struct RawKeyAnglesFp8 {
-  static constexpr bool kInRegisters = DecodeShape<D>::kKeyCsInRegisters;
-  static constexpr int kEntries = D / 16;
-  const float2* offset_table;  // [offset][pair] of this request's schedule
-  int row, t4, rot_steps, half_steps, rot_half;
-  bool interleaved;
-  __half2 cos_[kInRegisters ? 2 : 1][kInRegisters ? kEntries : 1];
-  __half2 sin_[kInRegisters ? 2 : 1][kInRegisters ? kEntries : 1];
-
-  __device__ __forceinline__ RawKeyAnglesFp8(const float2* table, int warp, int g, int t4_,
-                                             int rotary, bool interleaved_)
-      : offset_table(table), row(warp * 16 + g), t4(t4_), rot_steps(rotary / 16),
-        half_steps(rotary / 32), rot_half(rotary / 2), interleaved(interleaved_) {
-    if constexpr (kLoad && kInRegisters) {
-#pragma unroll
-      for (int key = 0; key < 2; ++key)
-#pragma unroll
-        for (int e = 0; e < kEntries; ++e) load(key, e, cos_[key][e], sin_[key][e]);
-    }
-  }
-  __device__ __forceinline__ void load(int key, int e, __half2& c, __half2& s) const {
-    const int r = row + 8 * key;
-    const int j0 = interleaved ? 8 * e + 2 * t4 : 16 * (e >> 1) + 4 * t4 + 2 * (e & 1);
-    const bool valid = interleaved ? e < rot_steps : (e >> 1) < half_steps;
-    const float2* at = offset_table + r * rot_half + j0;
-    const float2 a = valid ? __ldg(at) : make_float2(1.0f, 0.0f);
-    const float2 b = valid ? __ldg(at + 1) : make_float2(1.0f, 0.0f);
-    c = __floats2half2_rn(a.x, b.x);
-    s = __floats2half2_rn(a.y, b.y);
-  }
-  // key and e compile-time in unrolled loops
-  __device__ __forceinline__ void operator()(int key, int e, __half2& c, __half2& s) const {
-    if constexpr (kInRegisters) {
-      c = cos_[key][e];
-      s = sin_[key][e];
-    } else {
-      load(key, e, c, s);
-    }
-  }
-};
-
 // S of raw-form keys of an fp8 pool: the codes of k-step kk (16 dims) of key r come as one
 // register per key, dims 16 kk + 4 t4 .. + 3 (load_k2(kr, ca, cb): kr[nt] k-step ca of key
 // 16 warp + 8 nt + g, kr[2 + nt] k-step cb), dequantized exactly to two half2 B registers
 // (dims 4 t4, 4 t4 + 1 and 4 t4 + 2, 4 t4 + 3, the order the query's fragments take) and rotated
 // there by the key's offset in the tile in packed half math, two pairs per four instructions
-// (RawKeyAnglesFp8). A rotate-half partner lies rotary / 32 k-steps further at the same place in
+// (RawKeyAngles<D, load, true>). A rotate-half partner lies rotary / 32 k-steps further at the same place in
 // its register (rotary is a multiple of 32), so one ldmatrix.x4 brings a k-step and its
 // partners; interleaved pairs are gathered into (firsts, seconds) by byte permutes before the
 // conversion and put back after. The K scale multiplies the scores afterwards (rotation is
@@ -246,11 +219,10 @@ __device__ __forceinline__ void scores_raw_fp8(float (&sc)[2][4], Angles&& key_c
   };
   // (x, y) of two pairs <- (x c - y s, x s + y c), elementwise.
   auto rotate = [&](std::uint32_t& x, std::uint32_t& y, int key, int e) {
-    __half2 c, s;
-    key_cs(key, e, c, s);
+    const HalfAngles a = key_cs(key, e);
     const __half2 hx = as_h2(x), hy = as_h2(y);
-    x = as_u32(__hfma2(hx, c, __hneg2(__hmul2(hy, s))));
-    y = as_u32(__hfma2(hx, s, __hmul2(hy, c)));
+    x = as_u32(__hfma2(hx, a.c, __hneg2(__hmul2(hy, a.s))));
+    y = as_u32(__hfma2(hx, a.s, __hmul2(hy, a.c)));
   };
   auto dequant = [](std::uint32_t codes, std::uint32_t& lo, std::uint32_t& hi) {
     lo = ptx::e4m3x2_to_half2(codes);
