@@ -5,6 +5,8 @@
 //   modes:  local     deferred RoPE, keys stored in local form (query rotated once per segment)
 //           raw       deferred RoPE, keys stored raw (the query rotated per tile by m - n0, each
 //                     key in registers by its offset in the tile)
+//           raw_packed  raw with the keys rotated in packed 16-bit math (experimental:
+//                     DecodeArgs::packed_raw_rotation)
 //           rope_off  the same kernel without RoPE (pre-rotated keys): our own no-RoPE peer
 //           reencode  Block-Attention's copy: every document re-rotated into private pages
 //           local_no_pdl  local with DecodeArgs::pdl = false (every other mode runs with the
@@ -50,12 +52,15 @@ struct Shape {
   bool rag;     // 5 x 2048 documents at shuffled starts instead of one document
 };
 
-enum class Mode { kLocal, kRaw, kRopeOff, kReencode, kLocalNoPdl, kLocalFp8, kRawFp8, kRopeOffFp8 };
+enum class Mode {
+  kLocal, kRaw, kRawPacked, kRopeOff, kReencode, kLocalNoPdl, kLocalFp8, kRawFp8, kRopeOffFp8
+};
 
 const char* name(Mode m) {
   switch (m) {
     case Mode::kLocal: return "local";
     case Mode::kRaw: return "raw";
+    case Mode::kRawPacked: return "raw_packed";
     case Mode::kRopeOff: return "rope_off";
     case Mode::kReencode: return "reencode";
     case Mode::kLocalNoPdl: return "local_no_pdl";  // DecodeArgs::pdl = false
@@ -239,8 +244,9 @@ void run_once(Setup& s, Mode mode, int layer, cudaStream_t stream) {
   a.params.head_dim = kHeadDim;
   a.rope = mode != Mode::kRopeOff && mode != Mode::kRopeOffFp8;
   a.pdl = mode != Mode::kLocalNoPdl;
-  const cuda::DevicePlan& plan = mode == Mode::kRaw || mode == Mode::kRawFp8 ? s.plan_raw
-                                                                             : s.plan_local;
+  a.packed_raw_rotation = mode == Mode::kRawPacked;
+  const bool raw = mode == Mode::kRaw || mode == Mode::kRawPacked || mode == Mode::kRawFp8;
+  const cuda::DevicePlan& plan = raw ? s.plan_raw : s.plan_local;
   cuda::decode(a, fp8_mode(mode) ? *s.pool_fp8 : *s.pool, plan, *s.rope, s.ws, stream);
 }
 
@@ -303,9 +309,9 @@ std::vector<Shape> bench_shapes() {
 
 int main(int argc, char** argv) {
   for (const Shape& sh : bench_shapes()) {
-    std::vector<Mode> modes{Mode::kLocal,      Mode::kRaw,      Mode::kRopeOff,
-                            Mode::kReencode,   Mode::kLocalNoPdl, Mode::kLocalFp8,
-                            Mode::kRawFp8,     Mode::kRopeOffFp8};
+    std::vector<Mode> modes{Mode::kLocal,      Mode::kRaw,       Mode::kRawPacked,
+                            Mode::kRopeOff,    Mode::kReencode,  Mode::kLocalNoPdl,
+                            Mode::kLocalFp8,   Mode::kRawFp8,    Mode::kRopeOffFp8};
     for (Mode m : modes) {
       std::string n = std::string("decode/B") + std::to_string(sh.batch) + "_L" +
                       std::to_string(sh.context) + (sh.rag ? "_rag" : "_single") + "/" + name(m);

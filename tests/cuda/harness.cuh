@@ -208,6 +208,7 @@ struct DeviceScenario {
   bool pdl = true;   // cuda::DecodeArgs::pdl (the default)
   bool query_rotated = false;  // cuda::DecodeArgs / PrefillArgs::query_rotated
   bool inputs_scaled = false;  // ... ::inputs_scaled
+  bool packed_raw_rotation = false;  // cuda::DecodeArgs::packed_raw_rotation (experimental)
   cuda::PrefillKernel prefill_kernel = cuda::PrefillKernel::kAuto;  // cuda::PrefillArgs::kernel
   DType io;  // the queries' and outputs' type: the spec's, or an fp8 store's 16-bit one
 
@@ -280,6 +281,7 @@ struct DeviceScenario {
     a.pdl = pdl;
     a.query_rotated = query_rotated;
     a.inputs_scaled = inputs_scaled;
+    a.packed_raw_rotation = packed_raw_rotation;
     return a;
   }
 

@@ -20,8 +20,9 @@ using lazyattn::test::gpu::random_decode_spec;
 namespace {
 
 // Deferred decode of one scenario against the float64 reference, the eager baseline's error as
-// the bar, at the heuristic's split count and forced ones.
-void check_decode(const ScenarioSpec& spec) {
+// the bar, at the heuristic's split count and forced ones. packed: raw-form keys rotated in packed
+// 16-bit math (DecodeArgs::packed_raw_rotation, experimental).
+void check_decode(const ScenarioSpec& spec, bool packed = false) {
   test::ref::Scenario sc = test::ref::make_scenario(spec);
   INFO(spec << "\n" << sc.layout_text);
   std::vector<float> q64 = gpu::rounded_queries(sc);
@@ -36,6 +37,7 @@ void check_decode(const ScenarioSpec& spec) {
   for (int splits : {0, 1, 2, 3, 7}) {
     INFO("forced splits " << splits << " (0: heuristic)");
     gpu::DeviceScenario ds(sc, splits);
+    ds.packed_raw_rotation = packed;
     gpu::GpuResult got = ds.deferred();
     CHECK(got.unwritten == 0);
     std::string out_report =
@@ -65,6 +67,20 @@ TEST_CASE("decode matches the float64 reference within 2x the eager error", "[cu
   for (int c = 0; c < kCases; ++c) {
     INFO("case " << c);
     check_decode(random_decode_spec(1000 + c));
+  }
+}
+
+// The experimental packed rotation of raw-form 16-bit keys (two pairs per four HMUL2/HFMA2, angles
+// in the keys' type): the sweep's scenarios with raw-form documents (tails of every form, every
+// schedule, both pair layouts, partial rotary, head dims 64 to 256), under the same rule.
+TEST_CASE("decode of raw-form keys rotated in packed 16-bit math, within 2x the eager error",
+          "[cuda][decode][raw][packed]") {
+  const int kCases = test::options().cuda_cases;
+  for (int c = 0; c < kCases; ++c) {
+    INFO("case " << c);
+    ScenarioSpec spec = random_decode_spec(1000 + c);
+    spec.doc_form = StorageForm::kRaw;
+    check_decode(spec, /*packed=*/true);
   }
 }
 

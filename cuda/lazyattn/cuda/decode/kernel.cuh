@@ -54,9 +54,11 @@
 
 namespace lazyattn::cuda::detail {
 
-template <class T, int D, bool kRope, bool kRawTiles = true, bool kFp8 = false>
+template <class T, int D, bool kRope, bool kRawTiles = true, bool kFp8 = false,
+          bool kPackedRot = false>
 __global__ void __launch_bounds__(kDecodeThreads, 2)
     decode_kernel(const __grid_constant__ DecodeParams p) {
+  static_assert(!kPackedRot || (kRawTiles && !kFp8), "packed rotation: the 16-bit raw build");
   using Shape = DecodeShape<D>;
   // The 16-bit type of the rotated query, P and the MMAs; the tiles' columns in that type.
   using TQ = std::conditional_t<kFp8, __half, T>;
@@ -190,9 +192,12 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
   // (pairs j, partners j + rotary/2); interleaved, k-step kk = e / 2, pairs 8 kk + t4 + {0, 4}.
   const float2* offset_table =
       p.rope.offset_cs + static_cast<std::int64_t>(rope_set) * p.rope.offset_rows * rot_half;
-  // (fp8: half2 pairs for the packed-half rotation of dequantized codes, decode/scores.cuh)
-  const RawKeyAngles<D, kRope && kRawTiles, kFp8> key_cs(offset_table, warp, g, t4, rotary,
-                                                         interleaved);
+  // Packed for a rotation in packed 16-bit math (decode/scores.cuh): fp8 codes always (in half),
+  // 16-bit keys where the launch asks for it (kPackedRot, experimental); else fp32 per pair.
+  using AnglesPacked = std::conditional_t<
+      kFp8, __half2, std::conditional_t<kPackedRot, typename Packed2<T>::type, void>>;
+  const RawKeyAngles<D, kRope && kRawTiles, AnglesPacked, kFp8> key_cs(offset_table, warp, g, t4,
+                                                                       rotary, interleaved);
 
   // ---- the rotated query ----------------------------------------------------------------------
   // Each tile needs the query rotated by tile_delta (m - s local, m - n0 raw). Two buffers: the
@@ -472,7 +477,7 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
         ptx::mma_16816<TQ>(sc[1], a, kb[2], kb[3]);
       }
     } else if constexpr (kRope && kRawTiles) {
-      scores_raw<T, D>(sc, key_cs, load_k, q_frag, rotary, interleaved);
+      scores_raw<T, D, kPackedRot>(sc, key_cs, load_k, q_frag, rotary, interleaved);
     }
 
     // ---- online softmax over this warp's keys (scores are already in log2 units) -------------

@@ -69,6 +69,11 @@ struct DecodeArgs {
   // true: q and the keys carry the schedule's attention factor on their rotary dims already (as a
   // model's own rotation leaves them: YaRN, LongRoPE), so the query is not scaled by it again.
   bool inputs_scaled = false;
+  // Experimental (not yet run on a GPU): raw-form keys of a 16-bit pool rotated in packed 16-bit
+  // math (two pairs per four HMUL2/HFMA2, angles rounded to the keys' type) instead of fp32, for
+  // an A/B of speed and accuracy (docs/06-cuda.md). No effect on fp8 pools (always packed) or on
+  // plans without raw-form segments.
+  bool packed_raw_rotation = false;
   // Programmatic dependent launch (on by default): the kernel may start while the previous kernel
   // in the stream is still running, and reads the plan, its schedule and the RoPE tables before
   // that kernel has finished (so that kernel must not write them; DevicePlan::upload's and
@@ -158,6 +163,8 @@ inline void decode(const DecodeArgs& args, const DevicePool& pool, const DeviceP
           return;
         }
         if (!args.rope) launch(detail::decode_kernel<T, D, false, false>, kSmem);
+        else if (plan.has_raw_segments() && args.packed_raw_rotation)
+          launch(detail::decode_kernel<T, D, true, true, false, true>, kSmem);
         else if (plan.has_raw_segments()) launch(detail::decode_kernel<T, D, true, true>, kSmem);
         else launch(detail::decode_kernel<T, D, true, false>, kSmem);
       });
