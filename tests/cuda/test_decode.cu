@@ -7,6 +7,7 @@
 #include <cmath>
 #include <random>
 #include <string>
+#include <utility>
 
 #include "cuda/harness.cuh"
 #include "support/options.hpp"
@@ -80,7 +81,23 @@ TEST_CASE("decode of raw-form keys rotated in packed 16-bit math, within 2x the 
     INFO("case " << c);
     ScenarioSpec spec = random_decode_spec(1000 + c);
     spec.doc_form = StorageForm::kRaw;
+    spec.dtype = DType::kBFloat16;  // the packed builds: bfloat16 at head dims 64 and 128
+    if (spec.head_dim > 128) spec.head_dim = 128;
     check_decode(spec, /*packed=*/true);
+  }
+}
+
+TEST_CASE("decode refuses packed_raw_rotation where it has no build", "[cuda][decode][errors]") {
+  ScenarioSpec spec = random_decode_spec(1001);
+  spec.doc_form = StorageForm::kRaw;
+  for (auto [dtype, head_dim] : {std::pair{DType::kFloat16, 128}, {DType::kBFloat16, 256}}) {
+    spec.dtype = dtype;
+    spec.head_dim = head_dim;
+    const test::ref::Scenario sc = test::ref::make_scenario(spec);
+    gpu::DeviceScenario ds(sc, 0);
+    ds.packed_raw_rotation = true;
+    CHECK_THROWS_WITH(ds.deferred(), Catch::Contains("packed_raw_rotation over a") &&
+                                         Catch::Contains("expected bfloat16 at head dim 64 or 128"));
   }
 }
 

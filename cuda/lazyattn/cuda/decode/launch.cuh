@@ -71,8 +71,9 @@ struct DecodeArgs {
   bool inputs_scaled = false;
   // Experimental (not yet run on a GPU): raw-form keys of a 16-bit pool rotated in packed 16-bit
   // math (two pairs per four HMUL2/HFMA2, angles rounded to the keys' type) instead of fp32, for
-  // an A/B of speed and accuracy (docs/06-cuda.md). No effect on fp8 pools (always packed) or on
-  // plans without raw-form segments.
+  // an A/B of speed and accuracy (docs/06-cuda.md); built for bfloat16 pools at head dims 64 and
+  // 128 only (others are refused by name). No effect on fp8 pools (always packed) or on plans
+  // without raw-form segments.
   bool packed_raw_rotation = false;
   // Programmatic dependent launch (on by default): the kernel may start while the previous kernel
   // in the stream is still running, and reads the plan, its schedule and the RoPE tables before
@@ -126,11 +127,22 @@ inline void decode(const DecodeArgs& args, const DevicePool& pool, const DeviceP
   p.split_counters = scratch.split_counters;
   p.num_kv_heads = ap.num_kv_heads;
   const bool fp8 = pool.dtype() == DType::kFloat8E4M3;
+  // (Built for bfloat16 pools at head dims 64 and 128 alone while it is experimental.)
+  LAZYATTN_CHECK(!args.packed_raw_rotation || fp8 || !args.rope || !plan.has_raw_segments() ||
+                     (args.dtype == DType::kBFloat16 && ap.head_dim <= 128),
+                 w, ": packed_raw_rotation over a ", to_string(args.dtype), " pool at head_dim ",
+                 ap.head_dim,
+                 ", expected bfloat16 at head dim 64 or 128 (the experimental packed builds)");
   if (fp8) {
-    LAZYATTN_CHECK(kFp8RawDecode || !(args.rope && plan.has_raw_segments()), w,
+    const bool raw = args.rope && plan.has_raw_segments();
+    LAZYATTN_CHECK(kFp8RawDecode || !raw, w,
                    ": raw-form segments over a float8_e4m3 pool: the fp8 decode of raw-form keys "
                    "is experimental (not yet run on a GPU; LAZYATTN_EXPERIMENTAL_FP8_RAW_DECODE), "
                    "expected local-form documents and tails");
+    // (Built for bfloat16 queries alone while it is experimental: each build is compile time.)
+    LAZYATTN_CHECK(!raw || args.dtype == DType::kBFloat16, w,
+                   ": raw-form segments over a float8_e4m3 pool with ", to_string(args.dtype),
+                   " queries, expected bfloat16 (the experimental raw fp8 decode's only build)");
     p.k_scale = pool.k_scales(args.layer);
     p.v_scale = pool.v_scales(args.layer);
   }
@@ -156,17 +168,23 @@ inline void decode(const DecodeArgs& args, const DevicePool& pool, const DeviceP
           if (!args.rope) {
             launch(detail::decode_kernel<T, D, false, false, true>, kSmem);
           } else if (plan.has_raw_segments()) {
-            if constexpr (kFp8RawDecode) launch(detail::decode_kernel<T, D, true, true, true>, kSmem);
+            if constexpr (kFp8RawDecode && std::is_same_v<T, __nv_bfloat16>)
+              launch(detail::decode_kernel<T, D, true, true, true>, kSmem);
           } else {
             launch(detail::decode_kernel<T, D, true, false, true>, kSmem);
           }
           return;
         }
-        if (!args.rope) launch(detail::decode_kernel<T, D, false, false>, kSmem);
-        else if (plan.has_raw_segments() && args.packed_raw_rotation)
-          launch(detail::decode_kernel<T, D, true, true, false, true>, kSmem);
-        else if (plan.has_raw_segments()) launch(detail::decode_kernel<T, D, true, true>, kSmem);
-        else launch(detail::decode_kernel<T, D, true, false>, kSmem);
+        if (!args.rope) {
+          launch(detail::decode_kernel<T, D, false, false>, kSmem);
+        } else if (plan.has_raw_segments() && args.packed_raw_rotation) {
+          if constexpr (std::is_same_v<T, __nv_bfloat16> && D <= 128)
+            launch(detail::decode_kernel<T, D, true, true, false, true>, kSmem);
+        } else if (plan.has_raw_segments()) {
+          launch(detail::decode_kernel<T, D, true, true>, kSmem);
+        } else {
+          launch(detail::decode_kernel<T, D, true, false>, kSmem);
+        }
       });
     }
   });
