@@ -268,8 +268,8 @@ __device__ __forceinline__ void scores_raw(float (&sc)[2][4], Angles&& key_cs,
 // there by the key's offset in the tile in packed half math, two pairs per four instructions
 // (RawKeyAngles<D, load, __half2, true>). A rotate-half partner lies rotary / 32 k-steps further at the same place in
 // its register (rotary is a multiple of 32), so one ldmatrix.x4 brings a k-step and its
-// partners; interleaved pairs are gathered into (firsts, seconds) by byte permutes before the
-// conversion and put back after. The K scale multiplies the scores afterwards (rotation is
+// partners; interleaved pairs, one per register, go through rotate2_interleaved as the 16-bit
+// kernel's do. The K scale multiplies the scores afterwards (rotation is
 // linear).
 template <int D, class Angles, class LoadK2, class Fragment>
 __device__ __forceinline__ void scores_raw_fp8(float (&sc)[2][4], Angles&& key_cs,
@@ -278,9 +278,6 @@ __device__ __forceinline__ void scores_raw_fp8(float (&sc)[2][4], Angles&& key_c
   constexpr int kKSteps = DecodeShape<D>::kKSteps;
   const int rot_steps = rotary / 16;  // k-steps that hold rotary dims
   const int half_steps = rot_steps / 2;
-  auto rotate = [&](std::uint32_t& x, std::uint32_t& y, int key, int e) {
-    rotate2(x, y, key_cs(key, e));
-  };
   auto dequant = [](std::uint32_t codes, std::uint32_t& lo, std::uint32_t& hi) {
     lo = ptx::e4m3x2_to_half2(codes);
     hi = ptx::e4m3x2_to_half2(codes >> 16);
@@ -296,17 +293,9 @@ __device__ __forceinline__ void scores_raw_fp8(float (&sc)[2][4], Angles&& key_c
         fragment(a, kk + j);
 #pragma unroll
         for (int nt = 0; nt < 2; ++nt) {
-          const std::uint32_t codes = kr[2 * j + nt];  // x0 y0 x1 y1: pairs j0, j0 + 1
-          std::uint32_t lo, hi;
-          if (kk + j < rot_steps) {
-            std::uint32_t x = ptx::e4m3x2_to_half2(__byte_perm(codes, 0, 0x0020));
-            std::uint32_t y = ptx::e4m3x2_to_half2(__byte_perm(codes, 0, 0x0031));
-            rotate(x, y, nt, kk + j);
-            lo = __byte_perm(x, y, 0x5410);  // (x0, y0)
-            hi = __byte_perm(x, y, 0x7632);  // (x1, y1)
-          } else {
-            dequant(codes, lo, hi);
-          }
+          std::uint32_t lo, hi;  // pairs j0 and j0 + 1, one per register
+          dequant(kr[2 * j + nt], lo, hi);
+          if (kk + j < rot_steps) rotate2_interleaved(lo, hi, key_cs(nt, kk + j));
           ptx::mma_16816<__half>(sc[nt], a, lo, hi);
         }
       }
@@ -324,8 +313,8 @@ __device__ __forceinline__ void scores_raw_fp8(float (&sc)[2][4], Angles&& key_c
         std::uint32_t xl, xh, yl, yh;
         dequant(kr[nt], xl, xh);
         dequant(kr[2 + nt], yl, yh);
-        rotate(xl, yl, nt, e);
-        rotate(xh, yh, nt, e + 1);
+        rotate2(xl, yl, key_cs(nt, e));
+        rotate2(xh, yh, key_cs(nt, e + 1));
         ptx::mma_16816<__half>(sc[nt], a, xl, xh);
         ptx::mma_16816<__half>(sc[nt], ap, yl, yh);
       }
