@@ -2,7 +2,7 @@
 """Times the peers of docs/performance.md on the H200: PyTorch SDPA (flash and cuDNN backends) on
 contiguous, pre-rotated K/V, and a large device copy for the bandwidth ceiling. Writes JSON.
 
-    python3 bench/peers/sdpa_peers.py OUT.json [--quick] [--prefill-only]
+    python3 bench/peers/sdpa_peers.py OUT.json [--quick] [--prefill-only | --decode-only]
 
 Decode shapes (Llama-3-8B attention: 32 query heads, 8 KV heads, head dim 128, bf16) are timed as
 SDPA sees GQA decode best: the 4 query heads of a group become 4 query rows against their one KV
@@ -115,6 +115,9 @@ def copy_case(quick):
 def main():
     quick = "--quick" in sys.argv
     prefill_only = "--prefill-only" in sys.argv  # no copy, no decode shapes
+    decode_only = "--decode-only" in sys.argv  # the copy and the decode shapes, no prefill
+    if prefill_only and decode_only:
+        sys.exit("sdpa_peers.py: --prefill-only and --decode-only exclude each other; give one")
     torch.manual_seed(0)
     props = torch.cuda.get_device_properties(0)
     out = {"device": props.name, "sms": props.multi_processor_count, "torch": torch.__version__,
@@ -125,7 +128,7 @@ def main():
             out["rows"].append(decode_case(b, l, quick))
     # Head dim 128 (Llama-3-8B's attention), then 64 (Llama-3.2-1B's: the same head counts) and
     # 256 (Gemma's head dim, the same head counts).
-    for d, suffix in ((D, ""), (64, "_d64"), (256, "_d256")):
+    for d, suffix in () if decode_only else ((D, ""), (64, "_d64"), (256, "_d256")):
         out["rows"].append(prefill_case("rag_tail" + suffix, 512, 16 * 512 + 512, False, quick, d))
         out["rows"].append(prefill_case("encode_4096" + suffix, 4096, 4096, True, quick, d))
         out["rows"].append(prefill_case("encode_16384" + suffix, 16384, 16384, True, quick, d))
