@@ -53,6 +53,20 @@ def decode_table(ours, peers):
                 if tb.get("raw"):
                     r["rope_overhead_raw"] = us["raw"] / us["rope_off"] - 1.0
         out.append(r)
+    # The raw form's packed rotation and the fp8 pools (where the run has those modes): time over
+    # the RoPE-off time of the same element type, fp8 keys per second over bf16's (the same keys,
+    # so the inverse ratio of times), and the fp8 bytes' rate over the copy's.
+    for r in out:
+        us, tb = r["ours_us"], r["ours_tbps"]
+        for mode, off in (("raw", "rope_off"), ("raw_packed", "rope_off"),
+                          ("local_fp8", "rope_off_fp8"), ("raw_fp8", "rope_off_fp8")):
+            if us.get(mode) and us.get(off):
+                r[f"{mode}_over_rope_off"] = us[mode] / us[off]
+        for mode, bf16 in (("local_fp8", "local"), ("raw_fp8", "raw"), ("rope_off_fp8", "rope_off")):
+            if us.get(mode) and us.get(bf16):
+                r[f"{mode}_keys_vs_bf16"] = us[bf16] / us[mode]
+            if tb.get(mode):
+                r[f"{mode}_vs_copy"] = tb[mode] / copy
     # RAG vs a single segment of the same length, same batch.
     for r in out:
         if r["layout"] == "rag":
@@ -194,7 +208,36 @@ def markdown(rows, meta):
             lines.append(f"| {r['batch']} x {r['context']} | {r['layout']} | "
                          f"{fmt(r['ours_tbps']['reencode'])} | {fmt(r['ours_us']['reencode'], '{:.1f}')}"
                          f" | {fmt(r['ours_us'].get('local'), '{:.1f}')} |")
+    variants = variants_markdown(rows)
+    if variants:
+        lines += [""] + variants
     return "\n".join(lines) + "\n"
+
+
+def variants_markdown(rows):
+    """The table of the raw form's packed rotation and the fp8 modes, if the run has them."""
+    cols = ("raw_packed", "local_fp8", "raw_fp8", "rope_off_fp8")
+    if not any(c in r["ours_us"] for r in rows for c in cols):
+        return []
+    lines = ["Raw-form rotation and fp8 (e4m3) pools, microseconds (medians); time over the RoPE-off "
+             "time of the same element type; fp8 keys per second over bf16's (same keys); fp8 TB/s "
+             "(fp8 bytes) over the copy's:", "",
+             "| batch x context | layout | raw | raw_packed | RoPE off | fp8 local | fp8 raw | "
+             "fp8 RoPE off | raw / off | raw_packed / off | fp8 raw / fp8 off | "
+             "fp8 local keys/s / bf16 | fp8 raw keys/s / bf16 raw | fp8 local / copy |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        us = r["ours_us"]
+        cell = lambda m: fmt(us.get(m), "{:.1f}")  # noqa: E731
+        lines.append(
+            f"| {r['batch']} x {r['context']} | {r['layout']} | {cell('raw')} | "
+            f"{cell('raw_packed')} | {cell('rope_off')} | {cell('local_fp8')} | {cell('raw_fp8')} | "
+            f"{cell('rope_off_fp8')} | {fmt(r.get('raw_over_rope_off'), '{:.3f}')} | "
+            f"{fmt(r.get('raw_packed_over_rope_off'), '{:.3f}')} | "
+            f"{fmt(r.get('raw_fp8_over_rope_off'), '{:.3f}')} | "
+            f"{fmt(r.get('local_fp8_keys_vs_bf16'))}x | {fmt(r.get('raw_fp8_keys_vs_bf16'))}x | "
+            f"{fmt(r.get('local_fp8_vs_copy'), '{:.1%}')} |")
+    return lines
 
 
 def bars(path, labels, series, ylabel, title, ceiling=None, figsize=(10, 4.5)):
