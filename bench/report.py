@@ -197,12 +197,13 @@ def markdown(rows, meta):
             f"{fmt(r.get('rope_overhead_local'), '{:+.1%}')} / "
             f"{fmt(r.get('rope_overhead_raw'), '{:+.1%}')} | "
             f"{fmt(r.get('rag_vs_single_time'), '{:.3f}')} |")
-    lines.append("")
-    lines.append("Block-Attention re-encode (copy every document re-rotated into private pages), "
-                 "TB/s of bytes moved (read + write):")
-    lines.append("")
-    lines.append("| batch x context | layout | re-encode TB/s | re-encode us | decode (local) us |")
-    lines.append("|---|---|---|---|---|")
+    if any("reencode" in r["ours_tbps"] for r in rows):
+        lines.append("")
+        lines.append("Block-Attention re-encode (copy every document re-rotated into private pages), "
+                     "TB/s of bytes moved (read + write):")
+        lines.append("")
+        lines.append("| batch x context | layout | re-encode TB/s | re-encode us | decode (local) us |")
+        lines.append("|---|---|---|---|---|")
     for r in rows:
         if "reencode" in r["ours_tbps"]:
             lines.append(f"| {r['batch']} x {r['context']} | {r['layout']} | "
@@ -274,6 +275,18 @@ def plot(rows, path, meta):
          ceiling=rows[0]["copy_tbps"])
 
 
+def plot_variants(rows, path, meta):
+    """Each raw / packed / fp8 mode's time over the bf16 RoPE-off time of its shape."""
+    modes = [m for m in ("local", "raw", "raw_packed", "local_fp8", "raw_fp8", "rope_off_fp8")
+             if any(m in r["ours_us"] for r in rows)]
+    rows = [r for r in rows if r["ours_us"].get("rope_off")]
+    labels = [f"{r['batch']}x{r['context']}" + (" rag" if r["layout"] == "rag" else "") for r in rows]
+    series = [(m, [(r["ours_us"].get(m) or 0) / r["ours_us"]["rope_off"] for r in rows])
+              for m in modes]
+    bars(path, labels, series, "time / bf16 RoPE-off time",
+         f"Decode by storage form and element type, {meta['device']} ({meta['date']})")
+
+
 def plot_prefill(rows, path, meta):
     series = [("ours local", [r["ours_tflops"].get("local") or 0 for r in rows]),
               ("ours raw", [r["ours_tflops"].get("raw") or 0 for r in rows]),
@@ -325,6 +338,8 @@ def main():
     try:
         if rows:
             plot(rows, os.path.join(a.out, "decode.png"), meta)
+            if any(m in r["ours_us"] for r in rows for m in ("raw_packed", "local_fp8")):
+                plot_variants(rows, os.path.join(a.out, "decode_variants.png"), meta)
         if prefill_rows:
             plot_prefill(prefill_rows, os.path.join(a.out, "prefill.png"), meta)
     except ImportError as e:

@@ -5,7 +5,7 @@
 //   modes:  local     deferred RoPE, keys stored in local form (query rotated once per segment)
 //           raw       deferred RoPE, keys stored raw (the query rotated per tile by m - n0, each
 //                     key in registers by its offset in the tile)
-//           raw_packed  raw with the keys rotated in packed 16-bit math (experimental:
+//           raw_packed  raw with the keys rotated in packed 16-bit math (opt-in:
 //                     DecodeArgs::packed_raw_rotation)
 //           rope_off  the same kernel without RoPE (pre-rotated keys): our own no-RoPE peer
 //           reencode  Block-Attention's copy: every document re-rotated into private pages

@@ -39,13 +39,17 @@ PREFILL_CASES = [
     ("longrope", "raw", "raw", 128, (32, 8), BF, BF),
     ("dynamic", "raw", "raw", 64, (8, 8), HF, HF),
 ]
-# The fp8 decode reads local-form (and absolute) segments only.
+# Raw-form segments in the fp8 decode take bfloat16 queries (its only build; float16 is refused:
+# below).
 DECODE_CASES = [
     ("default", "local", "local", 128, (32, 8), BF, BF),
     ("llama3", "local", "local", 256, (16, 4), HF, HF),
     ("yarn", "local", "local", 64, (16, 2), BF, BF),
     ("gptj", "local", "local", 128, (8, 8), HF, BF),
     ("partial", "local", "local", 128, (32, 8), BF, BF),
+    ("dynamic", "raw", "raw", 128, (8, 8), BF, BF),
+    ("gptj", "raw", "local", 64, (16, 2), HF, BF),
+    ("partial", "local", "raw", 256, (16, 4), BF, BF),
 ]
 CASES = ([("prefill",) + c for c in PREFILL_CASES] + [("decode",) + c for c in DECODE_CASES])
 
@@ -265,12 +269,14 @@ def test_fp8_pool_methods_refuse_bad_tokens_and_queries(fp8_scene):
         o, lse = pool.decode(dec2, torch.randn(1, 4, 128, device=DEV).to(dt))
         assert o.dtype == dt and lse.dtype == torch.float32
     dec2.close()
-    # A raw-form document: the fp8 decode refuses it (the prefill takes it).
+    # A raw-form document: the fp8 decode takes it with bfloat16 queries, refuses float16 ones.
     raw = pool.insert(*fp8_scene["kv"](20), form="raw")
     raw_plan = pool.plan([lazyattn.back_to_back([raw], tail)], num_qo_heads=4)
-    refused(pool, lambda: pool.decode(raw_plan, torch.randn(1, 4, 128, device=DEV).bfloat16()),
+    o, _ = pool.decode(raw_plan, torch.randn(1, 4, 128, device=DEV).bfloat16())
+    assert o.dtype == torch.bfloat16 and bool(torch.isfinite(o).all())
+    refused(pool, lambda: pool.decode(raw_plan, torch.randn(1, 4, 128, device=DEV).half()),
             lazyattn.LazyAttnValueError, "lazyattn_decode_fp8", "raw-form segments over a "
-            "float8_e4m3 pool")
+            "float8_e4m3 pool with float16 queries, expected bfloat16")
     raw_plan.close()
     torch.cuda.synchronize()
 

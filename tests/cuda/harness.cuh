@@ -208,7 +208,7 @@ struct DeviceScenario {
   bool pdl = true;   // cuda::DecodeArgs::pdl (the default)
   bool query_rotated = false;  // cuda::DecodeArgs / PrefillArgs::query_rotated
   bool inputs_scaled = false;  // ... ::inputs_scaled
-  bool packed_raw_rotation = false;  // cuda::DecodeArgs::packed_raw_rotation (experimental)
+  bool packed_raw_rotation = false;  // cuda::DecodeArgs::packed_raw_rotation (opt-in)
   cuda::PrefillKernel prefill_kernel = cuda::PrefillKernel::kAuto;  // cuda::PrefillArgs::kernel
   DType io;  // the queries' and outputs' type: the spec's, or an fp8 store's 16-bit one
 

@@ -22,7 +22,7 @@ namespace {
 
 // Deferred decode of one scenario against the float64 reference, the eager baseline's error as
 // the bar, at the heuristic's split count and forced ones. packed: raw-form keys rotated in packed
-// 16-bit math (DecodeArgs::packed_raw_rotation, experimental).
+// 16-bit math (DecodeArgs::packed_raw_rotation, opt-in).
 void check_decode(const ScenarioSpec& spec, bool packed = false) {
   test::ref::Scenario sc = test::ref::make_scenario(spec);
   INFO(spec << "\n" << sc.layout_text);
@@ -71,7 +71,7 @@ TEST_CASE("decode matches the float64 reference within 2x the eager error", "[cu
   }
 }
 
-// The experimental packed rotation of raw-form 16-bit keys (two pairs per four HMUL2/HFMA2, angles
+// The opt-in packed rotation of raw-form 16-bit keys (two pairs per four HMUL2/HFMA2, angles
 // in the keys' type): the sweep's scenarios with raw-form documents (tails of every form, every
 // schedule, both pair layouts, partial rotary, head dims 64 to 256), under the same rule.
 TEST_CASE("decode of raw-form keys rotated in packed 16-bit math, within 2x the eager error",

@@ -1,6 +1,5 @@
 // [cuda] fp8 (e4m3) pools on the device: the decode over local-form (and absolute) pages of fp8
-// codes, and over raw-form ones (LAZYATTN_EXPERIMENTAL_FP8_RAW_DECODE, defined for this
-// target), against the float64 reference over the same dequantized values, with the error rule's
+// codes, and over raw-form ones (bfloat16 queries), against the float64 reference over the same dequantized values, with the error rule's
 // bar set by the eager baseline in 16 bits over those values; page writes that quantize on the
 // way in; the eager baseline's re-encoding copy re-quantizing K; and the calls that do not take
 // fp8 pools, refused by name (the prefill's: test_fp8_prefill.cu).
@@ -305,7 +304,7 @@ TEST_CASE("fp8 pools: calls that do not take them say so", "[cuda][fp8][errors]"
   a.layer = s.layer;
   a.params = s.params();
   cuda::DecodeWorkspace ws;
-  a.dtype = DType::kFloat16;  // the experimental raw fp8 decode is built for bfloat16 queries
+  a.dtype = DType::kFloat16;  // the raw-form fp8 decode is built for bfloat16 queries alone
   CHECK_THROWS_WITH(cuda::decode(a, pool, plan, rope, ws),
                     Catch::Contains("float16 queries, expected bfloat16"));
   a.dtype = DType::kFloat32;

@@ -193,7 +193,7 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
   const float2* offset_table =
       p.rope.offset_cs + static_cast<std::int64_t>(rope_set) * p.rope.offset_rows * rot_half;
   // Packed for a rotation in packed 16-bit math (decode/scores.cuh): fp8 codes always (in half),
-  // 16-bit keys where the launch asks for it (kPackedRot, experimental); else fp32 per pair.
+  // 16-bit keys where the launch asks for it (kPackedRot, opt-in); else fp32 per pair.
   using AnglesPacked = std::conditional_t<
       kFp8, __half2, std::conditional_t<kPackedRot, typename Packed2<T>::type, void>>;
   const RawKeyAngles<D, kRope && kRawTiles, AnglesPacked, kFp8> key_cs(offset_table, warp, g, t4,

@@ -20,16 +20,6 @@
 
 namespace lazyattn::cuda {
 
-// Raw-form keys over fp8 pools in the decode (decode/scores.cuh, scores_raw_fp8) are compiled and
-// checked by ptxas but have not yet run on a GPU: cuda::decode refuses them unless the build
-// defines LAZYATTN_EXPERIMENTAL_FP8_RAW_DECODE (the project's CUDA tests and benchmarks do, so
-// that the next GPU check runs them). Define it for every translation unit of a program or none.
-#ifdef LAZYATTN_EXPERIMENTAL_FP8_RAW_DECODE
-inline constexpr bool kFp8RawDecode = true;
-#else
-inline constexpr bool kFp8RawDecode = false;
-#endif
-
 // The split-KV scratch as the kernel reads it, in memory the caller owns: partial_o
 // [num_partials, num_qo_heads, head_dim] and partial_lse [num_partials, num_qo_heads] floats,
 // split_counters [num_requests, num_kv_heads] ints, zero before the first launch (each launch
@@ -69,11 +59,11 @@ struct DecodeArgs {
   // true: q and the keys carry the schedule's attention factor on their rotary dims already (as a
   // model's own rotation leaves them: YaRN, LongRoPE), so the query is not scaled by it again.
   bool inputs_scaled = false;
-  // Experimental (not yet run on a GPU): raw-form keys of a 16-bit pool rotated in packed 16-bit
-  // math (two pairs per four HMUL2/HFMA2, angles rounded to the keys' type) instead of fp32, for
-  // an A/B of speed and accuracy (docs/06-cuda.md); built for bfloat16 pools at head dims 64 and
-  // 128 only (others are refused by name). No effect on fp8 pools (always packed) or on plans
-  // without raw-form segments.
+  // Opt-in: raw-form keys of a 16-bit pool rotated in packed 16-bit math (two pairs per four
+  // HMUL2/HFMA2, angles rounded to the keys' type) instead of fp32. On an H200 it was 4-6% faster
+  // at batch >= 16 and 3-12% slower at batch 1, and its rounding is 1.28x coarser
+  // (docs/06-cuda.md). Built for bfloat16 pools at head dims 64 and 128 only (others are refused
+  // by name). No effect on fp8 pools (always packed) or on plans without raw-form segments.
   bool packed_raw_rotation = false;
   // Programmatic dependent launch (on by default): the kernel may start while the previous kernel
   // in the stream is still running, and reads the plan, its schedule and the RoPE tables before
@@ -127,22 +117,19 @@ inline void decode(const DecodeArgs& args, const DevicePool& pool, const DeviceP
   p.split_counters = scratch.split_counters;
   p.num_kv_heads = ap.num_kv_heads;
   const bool fp8 = pool.dtype() == DType::kFloat8E4M3;
-  // (Built for bfloat16 pools at head dims 64 and 128 alone while it is experimental.)
+  // (Built for bfloat16 pools at head dims 64 and 128 alone: each build is compile time.)
   LAZYATTN_CHECK(!args.packed_raw_rotation || fp8 || !args.rope || !plan.has_raw_segments() ||
                      (args.dtype == DType::kBFloat16 && ap.head_dim <= 128),
                  w, ": packed_raw_rotation over a ", to_string(args.dtype), " pool at head_dim ",
                  ap.head_dim,
-                 ", expected bfloat16 at head dim 64 or 128 (the experimental packed builds)");
+                 ", expected bfloat16 at head dim 64 or 128 (the packed builds)");
   if (fp8) {
     const bool raw = args.rope && plan.has_raw_segments();
-    LAZYATTN_CHECK(kFp8RawDecode || !raw, w,
-                   ": raw-form segments over a float8_e4m3 pool: the fp8 decode of raw-form keys "
-                   "is experimental (not yet run on a GPU; LAZYATTN_EXPERIMENTAL_FP8_RAW_DECODE), "
-                   "expected local-form documents and tails");
-    // (Built for bfloat16 queries alone while it is experimental: each build is compile time.)
+    // Raw-form keys (decode/scores.cuh, scores_raw_fp8): built for bfloat16 queries alone (each
+    // build is compile time; float16 queries over raw fp8 keys have no build yet).
     LAZYATTN_CHECK(!raw || args.dtype == DType::kBFloat16, w,
                    ": raw-form segments over a float8_e4m3 pool with ", to_string(args.dtype),
-                   " queries, expected bfloat16 (the experimental raw fp8 decode's only build)");
+                   " queries, expected bfloat16 (the raw-form fp8 decode's only build)");
     p.k_scale = pool.k_scales(args.layer);
     p.v_scale = pool.v_scales(args.layer);
   }
@@ -168,7 +155,7 @@ inline void decode(const DecodeArgs& args, const DevicePool& pool, const DeviceP
           if (!args.rope) {
             launch(detail::decode_kernel<T, D, false, false, true>, kSmem);
           } else if (plan.has_raw_segments()) {
-            if constexpr (kFp8RawDecode && std::is_same_v<T, __nv_bfloat16>)
+            if constexpr (std::is_same_v<T, __nv_bfloat16>)
               launch(detail::decode_kernel<T, D, true, true, true>, kSmem);
           } else {
             launch(detail::decode_kernel<T, D, true, false, true>, kSmem);
