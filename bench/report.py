@@ -215,10 +215,17 @@ def markdown(rows, meta):
     return "\n".join(lines) + "\n"
 
 
+# The benchmark modes of the variants table and plot (the packed rotation and the fp8 pools).
+VARIANT_MODES = ("raw_packed", "local_fp8", "raw_fp8", "rope_off_fp8")
+
+
+def has_variants(rows):
+    return any(m in r["ours_us"] for r in rows for m in VARIANT_MODES)
+
+
 def variants_markdown(rows):
     """The table of the raw form's packed rotation and the fp8 modes, if the run has them."""
-    cols = ("raw_packed", "local_fp8", "raw_fp8", "rope_off_fp8")
-    if not any(c in r["ours_us"] for r in rows for c in cols):
+    if not has_variants(rows):
         return []
     lines = ["Raw-form rotation and fp8 (e4m3) pools, microseconds (medians); time over the RoPE-off "
              "time of the same element type; fp8 keys per second over bf16's (same keys); fp8 TB/s "
@@ -239,6 +246,11 @@ def variants_markdown(rows):
             f"{fmt(r.get('local_fp8_keys_vs_bf16'))}x | {fmt(r.get('raw_fp8_keys_vs_bf16'))}x | "
             f"{fmt(r.get('local_fp8_vs_copy'), '{:.1%}')} |")
     return lines
+
+
+def shape_label(r):
+    """A decode row's shape as the plots' x labels give it."""
+    return f"{r['batch']}x{r['context']}" + (" rag" if r["layout"] == "rag" else "")
 
 
 def bars(path, labels, series, ylabel, title, ceiling=None, figsize=(10, 4.5)):
@@ -264,7 +276,7 @@ def bars(path, labels, series, ylabel, title, ceiling=None, figsize=(10, 4.5)):
 
 def plot(rows, path, meta):
     rows = [r for r in rows if r["layout"] == "single" or r["batch"] > 1]
-    labels = [f"{r['batch']}x{r['context']}" + (" rag" if r["layout"] == "rag" else "") for r in rows]
+    labels = [shape_label(r) for r in rows]
     series = [("ours local", [r["ours_tbps"].get("local") or 0 for r in rows]),
               ("ours raw", [r["ours_tbps"].get("raw") or 0 for r in rows]),
               ("ours RoPE off", [r["ours_tbps"].get("rope_off") or 0 for r in rows]),
@@ -277,10 +289,9 @@ def plot(rows, path, meta):
 
 def plot_variants(rows, path, meta):
     """Each raw / packed / fp8 mode's time over the bf16 RoPE-off time of its shape."""
-    modes = [m for m in ("local", "raw", "raw_packed", "local_fp8", "raw_fp8", "rope_off_fp8")
-             if any(m in r["ours_us"] for r in rows)]
+    modes = [m for m in ("local", "raw") + VARIANT_MODES if any(m in r["ours_us"] for r in rows)]
     rows = [r for r in rows if r["ours_us"].get("rope_off")]
-    labels = [f"{r['batch']}x{r['context']}" + (" rag" if r["layout"] == "rag" else "") for r in rows]
+    labels = [shape_label(r) for r in rows]
     series = [(m, [(r["ours_us"].get(m) or 0) / r["ours_us"]["rope_off"] for r in rows])
               for m in modes]
     bars(path, labels, series, "time / bf16 RoPE-off time",
@@ -338,7 +349,7 @@ def main():
     try:
         if rows:
             plot(rows, os.path.join(a.out, "decode.png"), meta)
-            if any(m in r["ours_us"] for r in rows for m in ("raw_packed", "local_fp8")):
+            if has_variants(rows):
                 plot_variants(rows, os.path.join(a.out, "decode_variants.png"), meta)
         if prefill_rows:
             plot_prefill(prefill_rows, os.path.join(a.out, "prefill.png"), meta)

@@ -1,8 +1,9 @@
 // [cuda] fp8 (e4m3) pools on the device: the decode over local-form (and absolute) pages of fp8
-// codes, and over raw-form ones (bfloat16 queries), against the float64 reference over the same dequantized values, with the error rule's
-// bar set by the eager baseline in 16 bits over those values; page writes that quantize on the
-// way in; the eager baseline's re-encoding copy re-quantizing K; and the calls that do not take
-// fp8 pools, refused by name (the prefill's: test_fp8_prefill.cu).
+// codes, and over raw-form ones (bfloat16 queries), against the float64 reference over the same
+// dequantized values, with the error rule's bar set by the eager baseline in 16 bits over those
+// values; page writes that quantize on the way in; the eager baseline's re-encoding copy
+// re-quantizing K; and the calls that do not take fp8 pools, refused by name (the prefill's:
+// test_fp8_prefill.cu).
 #include "support/catch.hpp"
 
 #include <algorithm>
