@@ -106,13 +106,18 @@ struct Summary {
   double tpot_mean = 0, tpot_p50 = 0;             // (finish - first token) / (output tokens - 1)
   double queue_p50 = 0;                           // admission - arrival
   double throughput_rps = 0, throughput_tps = 0;  // over the whole run
+  // Requests per second once warm: the requests that finished after the first `warmup` to
+  // finish, over the time from that finish to the last; the whole run's without a warm-up.
+  double throughput_steady_rps = 0;
   double hit_ratio = 0;                           // document hits / lookups
   std::int64_t doc_lookups = 0, doc_hits = 0;
   double prefill_fraction = 0;  // prompt tokens computed by requests / prompt tokens
   double duration = 0, busy = 0;
 };
 
-// Statistics over requests id >= warmup (hit ratio, latencies); throughput over all.
+// Statistics over requests id >= warmup (hit ratio, latencies); throughput over all, and over
+// the completions after the first `warmup` (throughput_steady_rps: the cold start's compulsory
+// misses left out).
 inline Summary summarize(const RunResult& r, int warmup = 0) {
   Summary s;
   std::vector<double> ttft, tpot, queue;
@@ -141,6 +146,16 @@ inline Summary summarize(const RunResult& r, int warmup = 0) {
   s.busy = r.busy;
   s.throughput_rps = r.duration > 0 ? static_cast<double>(r.requests.size()) / r.duration : 0;
   s.throughput_tps = r.duration > 0 ? static_cast<double>(out_tokens) / r.duration : 0;
+  s.throughput_steady_rps = s.throughput_rps;
+  const std::size_t n = r.requests.size(), w = warmup > 0 ? static_cast<std::size_t>(warmup) : 0;
+  if (w > 0 && w < n) {
+    std::vector<double> finish;
+    finish.reserve(n);
+    for (const RequestRecord& q : r.requests) finish.push_back(q.finished);
+    std::sort(finish.begin(), finish.end());
+    const double span = finish[n - 1] - finish[w - 1];
+    s.throughput_steady_rps = span > 0 ? static_cast<double>(n - w) / span : 0;
+  }
   s.hit_ratio =
       s.doc_lookups ? static_cast<double>(s.doc_hits) / static_cast<double>(s.doc_lookups) : 0;
   s.prefill_fraction = prompt ? static_cast<double>(computed) / static_cast<double>(prompt) : 0;
@@ -216,6 +231,7 @@ inline void write_summary(JsonWriter& j, const Summary& s, const RunResult& r, c
       .field("tpot_p50_s", s.tpot_p50)
       .field("queue_p50_s", s.queue_p50)
       .field("throughput_rps", s.throughput_rps)
+      .field("throughput_steady_rps", s.throughput_steady_rps)
       .field("throughput_output_tps", s.throughput_tps)
       .field("duration_s", s.duration)
       .field("busy_s", s.busy)

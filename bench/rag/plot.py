@@ -74,6 +74,14 @@ def table(groups):
         peaks = {m: max(p["throughput_rps"] for p in modes[m].values()) for m in present}
         lines.append("\nHighest throughput measured: " + ", ".join(
             f"{m} {v:.2f} req/s" for m, v in peaks.items()) + ".")
+        # Runs with a warm-up (--warmup-requests; only then do the two differ): the throughput
+        # after it as well.
+        if any(p.get("throughput_steady_rps", p["throughput_rps"]) != p["throughput_rps"]
+               for m in present for p in modes[m].values()):
+            steady = {m: max(p.get("throughput_steady_rps", p["throughput_rps"])
+                             for p in modes[m].values()) for m in present}
+            lines.append("Highest throughput after the warm-up: " + ", ".join(
+                f"{m} {v:.2f} req/s" for m, v in steady.items()) + ".")
     return "\n".join(lines) + "\n"
 
 

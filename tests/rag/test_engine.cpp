@@ -309,6 +309,32 @@ TEST_CASE("rag: the store's segmented LRU hits more often than its LRU", "[rag]"
   CHECK(hit[1] > hit[0]);
 }
 
+TEST_CASE("rag: the steady throughput counts the completions after the warm-up", "[rag]") {
+  // Five requests finishing at 1, 2, 2.5, 4 and 6 s, listed out of finish order (by id):
+  // without a warm-up both throughputs are 5 / duration; after a warm-up of 2 the last three
+  // completions span 6 - 2 = 4 s.
+  RunResult r;
+  const double finish[] = {2.0, 1.0, 4.0, 2.5, 6.0};
+  for (int i = 0; i < 5; ++i) {
+    RequestRecord q;
+    q.id = i;
+    q.arrival = 0.1 * i;
+    q.admitted = q.first_token = q.arrival;
+    q.finished = finish[i];
+    r.requests.push_back(q);
+  }
+  r.duration = 6.0;
+  const Summary all = summarize(r);
+  CHECK(all.throughput_rps == Approx(5.0 / 6.0));
+  CHECK(all.throughput_steady_rps == all.throughput_rps);
+  const Summary warm = summarize(r, 2);
+  CHECK(warm.requests == 3);
+  CHECK(warm.throughput_rps == Approx(5.0 / 6.0));
+  CHECK(warm.throughput_steady_rps == Approx(3.0 / 4.0));
+  // A warm-up of every request leaves nothing to count: the whole run's figure stays.
+  CHECK(summarize(r, 5).throughput_steady_rps == all.throughput_rps);
+}
+
 TEST_CASE("rag: coalescing same-start local document segments keeps attention", "[rag]") {
   // Four documents of 32, 32, 20 and 32 tokens (page size 16) and a tail: segments 0 and 1 share
   // start 0 (keys at their own positions, as block-attention's copies), segment 2 too but follows

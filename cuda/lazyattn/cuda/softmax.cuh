@@ -15,11 +15,22 @@
 
 namespace lazyattn::cuda::detail {
 
+// How far (log2 units) a row's running maximum may trail its true maximum before the output is
+// rescaled (FlashAttention-4's conditional rescaling). The softmax is the same whatever maximum
+// it is taken against, as long as the output, the sum and the max agree; a stale max only lets
+// P = 2^(S - max) reach 2^kRescaleSlack = 256 (far inside fp32, bf16 and fp16), so after a row's
+// first tiles its O is almost never rescaled. The callers skip the rescale of a warp whose rows
+// all kept their max (warp_needs_rescale): D / 2 multiplications per thread and tile (64 at head
+// dim 128), much of an issue-bound loop's work.
+inline constexpr float kRescaleSlack = 8.0f;
+
 // One step for one row: `score(n, e)` is this thread's score e (0, 1) of the row in column block
-// n < N (a reference into the fragment). Takes the new row maximum, turns the scores into
+// n < N (a reference into the fragment). Takes the new row maximum where it exceeds the running
+// one by more than kRescaleSlack (else the running one stays), turns the scores into
 // P = 2^(S - max), adds their sum into row_sum, and returns the factor 2^(old max - new max) that
-// rescales the row's accumulated output. A row that has seen only masked keys keeps max = -inf;
-// 0 is subtracted then, so exp2 gives 0, not NaN from (-inf) - (-inf).
+// rescales the row's accumulated output: exactly 1 where the max stayed. A row that has seen only
+// masked keys keeps max = -inf; 0 is subtracted then, so exp2 gives 0, not NaN from
+// (-inf) - (-inf).
 // kFtz: ex2.approx.ftz, subnormal results flushed to zero (the prefill kernels); false: exp2f
 // (the decode).
 template <int N, bool kFtz, class Score>
@@ -33,9 +44,11 @@ __device__ __forceinline__ float online_softmax_row(Score&& score, float& row_ma
   for (int n = 0; n < N; ++n) mx = fmaxf(mx, fmaxf(score(n, 0), score(n, 1)));
   mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
   mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-  const float m_new = fmaxf(row_max, mx);
+  // -inf + slack is -inf: a row's first visible key always sets its max.
+  const bool grow = mx > row_max + kRescaleSlack;
+  const float m_new = grow ? mx : row_max;
   const float m_use = m_new == -INFINITY ? 0.0f : m_new;
-  const float scale = exp2(row_max - m_use);
+  const float scale = grow ? exp2(row_max - m_new) : 1.0f;
   row_max = m_new;
   float sum = 0.0f;
 #pragma unroll
@@ -46,6 +59,13 @@ __device__ __forceinline__ float online_softmax_row(Score&& score, float& row_ma
   }
   row_sum = row_sum * scale + sum;
   return scale;
+}
+
+// Whether any row of the warp changed its max this step (a factor of online_softmax_row other
+// than 1): the same answer in every lane, so the rescale it guards is one warp-uniform branch.
+// Call it where the whole warp is converged and no asynchronous MMA owns the output.
+__device__ __forceinline__ bool warp_needs_rescale(float scale0, float scale1) {
+  return __any_sync(0xffffffffu, scale0 != 1.0f || scale1 != 1.0f);
 }
 
 }  // namespace lazyattn::cuda::detail

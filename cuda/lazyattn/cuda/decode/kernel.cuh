@@ -494,12 +494,14 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
     for (int h = 0; h < 2; ++h)
       scale[h] = online_softmax_row<2, false>(
           [&](int n, int e) -> float& { return sc[n][2 * h + e]; }, row_max[h], row_sum[h]);
+    if (warp_needs_rescale(scale[0], scale[1])) {  // rare after the first tiles
 #pragma unroll
-    for (int n = 0; n < D / 8; ++n) {
-      acc[n][0] *= scale[0];
-      acc[n][1] *= scale[0];
-      acc[n][2] *= scale[1];
-      acc[n][3] *= scale[1];
+      for (int n = 0; n < D / 8; ++n) {
+        acc[n][0] *= scale[0];
+        acc[n][1] *= scale[0];
+        acc[n][2] *= scale[1];
+        acc[n][3] *= scale[1];
+      }
     }
 
     // ---- O += P V ------------------------------------------------------------------------------

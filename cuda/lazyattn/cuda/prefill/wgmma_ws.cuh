@@ -439,12 +439,15 @@ __global__ void __launch_bounds__(kWgmmaWsThreads, 1)
       scale[h] = online_softmax_row<8, true>(
           [&](int n, int e) -> float& { return s[4 * n + 2 * h + e]; }, row_max[h], row_sum[h]);
   };
-  // O *= scale (no wgmma owns O), then P into pa.
+  // O *= scale where a row of the warp took a new max (no wgmma owns O, so the branch makes
+  // ptxas wait for none), then P into pa.
   auto rescale_and_pack = [&](const float (&scale)[2]) {
+    if (warp_needs_rescale(scale[0], scale[1])) {
 #pragma unroll
-    for (int n = 0; n < D / 8; ++n)
+      for (int n = 0; n < D / 8; ++n)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) o_at(4 * n + e) *= scale[e >> 1];
+        for (int e = 0; e < 4; ++e) o_at(4 * n + e) *= scale[e >> 1];
+    }
 #pragma unroll
     for (int kv = 0; kv < 4; ++kv)
 #pragma unroll
