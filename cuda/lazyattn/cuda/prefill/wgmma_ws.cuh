@@ -440,10 +440,11 @@ __global__ void __launch_bounds__(kWgmmaWsThreads, 1)
           [&](int n, int e) -> float& { return s[4 * n + 2 * h + e]; }, row_max[h], row_sum[h]);
   };
   // O *= scale where a row of the warp took a new max (no wgmma owns O, so the branch makes
-  // ptxas wait for none), then P into pa. The builds over fp8 scratch tiles at head dims 64 and
-  // 128 rescale every tile: with the branch they ran 1-5% slower (H100, A/B of 2026-12-06), the
-  // others 1.5-5% faster.
-  constexpr bool kSkipRescale = !(kKv == KvTiles::kScratch && D <= 128);
+  // ptxas wait for none), then P into pa. The build over fp8 scratch tiles at head dim 128
+  // rescales every tile: with the branch it ran 2-5% slower, without it within 0-2% of the
+  // unconditional rescale of 45134ed; at head dim 64 the branch made the fp8 build 1-4% faster
+  // and taking it out 1-4% slower (H100, A/B of 2026-12-06, docs/performance.md).
+  constexpr bool kSkipRescale = !(kKv == KvTiles::kScratch && D == 128);
   auto rescale_and_pack = [&](const float (&scale)[2]) {
     if (!kSkipRescale || warp_needs_rescale(scale[0], scale[1])) {
 #pragma unroll
