@@ -19,9 +19,10 @@ namespace lazyattn::cuda::detail {
 // rescaled (FlashAttention-4's conditional rescaling). The softmax is the same whatever maximum
 // it is taken against, as long as the output, the sum and the max agree; a stale max only lets
 // P = 2^(S - max) reach 2^kRescaleSlack = 256 (far inside fp32, bf16 and fp16), so after a row's
-// first tiles its O is almost never rescaled. The callers skip the rescale of a warp whose rows
-// all kept their max (warp_needs_rescale): D / 2 multiplications per thread and tile (64 at head
-// dim 128), much of an issue-bound loop's work.
+// first tiles its O is almost never rescaled. The decode and the Hopper prefill skip the rescale
+// of a warp whose rows all kept their max (warp_needs_rescale): D / 2 multiplications per thread
+// and tile (64 at head dim 128), which measured up to 2% faster in the decode and 1.5-7.5% in the
+// prefill on an H100 (docs/performance.md, "Conditional rescale").
 inline constexpr float kRescaleSlack = 8.0f;
 
 // One step for one row: `score(n, e)` is this thread's score e (0, 1) of the row in column block

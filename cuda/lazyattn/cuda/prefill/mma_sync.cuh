@@ -249,19 +249,20 @@ __global__ void __launch_bounds__(PrefillShape<D>::kThreads, PrefillShape<D>::kM
     }
 
     // ---- online softmax (log2 units: the scale is folded into the query) ----------------------
+    // Every tile rescales (by exactly 1 where the max stayed): the skip of the other kernels
+    // (warp_needs_rescale) has not been measured on this one.
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt) {
-      float scale[2];
 #pragma unroll
-      for (int h = 0; h < 2; ++h)
-        scale[h] = online_softmax_row<8, true>(
+      for (int h = 0; h < 2; ++h) {
+        const float scale = online_softmax_row<8, true>(
             [&](int n, int e) -> float& { return sc[mt][n][2 * h + e]; }, row_max[mt][h],
             row_sum[mt][h]);
-      if (warp_needs_rescale(scale[0], scale[1])) {
 #pragma unroll
-        for (int n = 0; n < D / 8; ++n)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) acc[mt][n][e] *= scale[e >> 1];
+        for (int n = 0; n < D / 8; ++n) {
+          acc[mt][n][2 * h] *= scale;
+          acc[mt][n][2 * h + 1] *= scale;
+        }
       }
     }
 
