@@ -594,7 +594,7 @@ __global__ void __launch_bounds__(kWgmmaWsThreads, 1)
   // One step takes the tiles of two ring stages: S over both (16 wgmmas, one commit group), P V
   // over the two before, one softmax over the 128 keys, so the turns, the waits for the
   // wgmmas, the row reductions and the rescale come once per 128 keys instead of per 64. Every
-  // CTA of these builds has one run (no segment rebuild). With an odd number of tiles the first
+  // CTA of these builds has one run (no segment rebuild). With an odd number of tiles the last
   // step takes one: its second half reads the same stage again, masked whole (P = 0 against
   // finite V), so every step's code is the same.
   float s2[2][32];
@@ -674,16 +674,26 @@ __global__ void __launch_bounds__(kWgmmaWsThreads, 1)
     constexpr bool kLate = decltype(late)::value;  // warpgroup 1
     ptx::cp_async_wait<0>();
     __syncthreads();  // everyone's raw query landed (the loader passes it in its hand_over)
-    const int n0 = 2 - ((tile_end - tile_begin) & 1);  // the first step's tiles
-    wait_full(0);
-    if (n0 == 2) wait_full(1);
-    PairKeys cur = pair_keys(load_keys(tile_begin), n0 == 2 ? load_keys(tile_begin + 1) : kNoKeys);
-    PairKeys nxt = pair_keys(load_keys(tile_begin + n0), load_keys(tile_begin + n0 + 1));
+    // A step's stages: st and st + 1 (st even; a last step of one tile takes st alone) in round
+    // ph of the ring; the step before's P V reads pst, pst + 1. Kept as running values, not as
+    // tile % 6: from the modulo, ptxas built every wgmma's descriptors in vector registers and
+    // moved them to uniform ones (R2UR five times as often), and the steps ran 10-16% slower.
+    int st = 0, pst = 0;
+    std::uint32_t ph = 0;
+    auto wait_stage = [&](int stage) {
+      ptx::mbarrier_wait(full_bar(stage), ph);
+      ptx::fence_proxy_async_smem();
+    };
+    const bool odd = (tile_end - tile_begin) & 1;
+    wait_stage(0);
+    if (tile_begin + 1 < tile_end) wait_stage(1);
+    PairKeys cur = pair_keys(load_keys(tile_begin), load_keys(tile_begin + 1));
+    PairKeys nxt = pair_keys(load_keys(tile_begin + 2), load_keys(tile_begin + 3));
     prepare_query();
     __syncthreads();  // with the loader: it may refill stages 2 and 3
     if constexpr (kLate) pass_turn(late);  // warpgroup 0 goes first
     take_turn(late);
-    issue_qk_pair(0, n0 - 1);
+    issue_qk_pair(0, tile_begin + 1 < tile_end ? 1 : 0);
     pass_turn(late);
     ptx::wgmma_wait<0>();
     ptx::fence_operands(s2[0]);
@@ -691,16 +701,18 @@ __global__ void __launch_bounds__(kWgmmaWsThreads, 1)
     float scale[2];
     softmax_pair(cur, scale, std::true_type{});
     rescale_and_pack_pair(scale);
-    // Step `it` (its first stage's use; it >= n0) takes stages it, it + 1 and the step before's
-    // P V those of it - 2, it - 1, or stage 0 alone after a first step of one tile (it = 1).
-    auto step = [&](int it, auto masked) {
-      wait_full(it);
-      wait_full(it + 1);
-      const int st_a = it % S, st_b = (it + 1) % S;
-      const int prev_a = max(it - 2, 0) % S, prev_b = (it - 1) % S;
+    // The step of tiles `tile` and tile + 1 (or `tile` alone, the last step of an odd count: its
+    // second half reads stage st again, masked whole); the step before took two.
+    auto step = [&](int tile, auto masked) {
+      pst = st;
+      st += 2;
+      if (st == S) st = 0, ph ^= 1u;
+      const bool two = tile + 1 < tile_end;
+      wait_stage(st);
+      if (two) wait_stage(st + 1);
       take_turn(late);
-      issue_qk_pair(st_a, st_b);
-      issue_pv_pair(prev_a, prev_b);
+      issue_qk_pair(st, two ? st + 1 : st);
+      issue_pv_pair(pst, pst + 1);
       pass_turn(late);
       ptx::wgmma_wait<1>();
       ptx::fence_operands(s2[0]);
@@ -710,21 +722,20 @@ __global__ void __launch_bounds__(kWgmmaWsThreads, 1)
       fence_o();
       // The step before's stages (K read by its S, V by P V just now) are free for this warp.
       if (lane == 0) {
-        ptx::mbarrier_arrive(empty_bar(prev_a));
-        if (prev_b != prev_a) ptx::mbarrier_arrive(empty_bar(prev_b));
+        ptx::mbarrier_arrive(empty_bar(pst));
+        ptx::mbarrier_arrive(empty_bar(pst + 1));
       }
       rescale_and_pack_pair(scale);
     };
-    int it = n0;
-    for (; tile_begin + it < tile_end; it += 2) {
+    for (int tile = tile_begin + 2; tile < tile_end; tile += 2) {
       cur = nxt;
-      nxt = pair_keys(load_keys(tile_begin + it + 2), load_keys(tile_begin + it + 3));
+      nxt = pair_keys(load_keys(tile + 2), load_keys(tile + 3));
       // The same test for the whole CTA (its first row sees the fewest tail keys): both
       // warpgroups take the same body, and nothing is in flight at this branch.
-      if (whole_half(cur, 0) && whole_half(cur, 1)) step(it, std::false_type{});
-      else step(it, std::true_type{});
+      if (whole_half(cur, 0) && whole_half(cur, 1)) step(tile, std::false_type{});
+      else step(tile, std::true_type{});
     }
-    issue_pv_pair(max(it - 2, 0) % S, (it - 1) % S);  // the last step's P V
+    issue_pv_pair(st, odd ? st : st + 1);  // the last step's P V
     ptx::wgmma_wait<0>();
     fence_o();
     if constexpr (!kLate) take_turn(late);  // warpgroup 1's last hand-over
