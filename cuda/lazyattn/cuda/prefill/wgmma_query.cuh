@@ -21,9 +21,6 @@ namespace lazyattn::cuda::detail {
 // ring's stages (at head dims 64 and 128), and the whole CTA with the loading warpgroup.
 inline constexpr int kWgmmaPrefillThreads = 256;
 inline constexpr int kWgmmaStages = 4;
-// The ring of the builds that take two key tiles per step (no R(m) q in fp32: RoPE off and the
-// one-segment form): six stages, the last two where the other builds keep q_pre.
-inline constexpr int kWgmmaPairStages = 6;
 inline constexpr int kWgmmaWsThreads = kWgmmaPrefillThreads + 128;
 
 // Head dims the Hopper prefill takes (the others run on the mma.sync kernel).
@@ -58,10 +55,8 @@ struct WgmmaPrefillShape {
   // mbarriers full[stage] (the loading warpgroup's copies landed) and empty[stage] (both
   // computing warpgroups are done with the stage), after everything else.
   static constexpr int kBars = kTurns + (D / 2) * 8;
-  static constexpr int kSmemBytes = kBars + 2 * kWgmmaPairStages * 8;
+  static constexpr int kSmemBytes = kBars + 2 * kWgmmaStages * 8;
   static_assert(kCsOff + 16 * (D / 2) * 8 <= kQRaw, "the cos/sin tables fit their V slot");
-  static_assert(kStages + kWgmmaPairStages * 2 * kTileBytes <= kQFrag,
-                "the six-stage ring ends where the query's fragments begin");
   static_assert(kPrefillRows * D * 2 == 2 * kTileBytes, "the raw query fills one ring stage");
 };
 

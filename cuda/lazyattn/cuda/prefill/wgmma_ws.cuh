@@ -30,10 +30,6 @@
 //    softmax runs under P V; O is rescaled after the wait.
 //  - Overlap between the computing warpgroups: they take turns issuing their wgmmas (two named
 //    barriers), so one's softmax runs under the other's tensor-core work.
-//  - Two tiles per step (kPairs: RoPE off and the one-segment form over 16-bit pages, at head
-//    dims 64 and 128): S over two ring stages, one softmax over their 128 keys, P V over the two
-//    before, so the turns, the waits and the row reductions come once per 128 keys. These builds
-//    keep no R(m) q in fp32, so their ring has six stages (the other builds' q_pre space).
 // kRope = false is the RoPE-off baseline (pre-rotated queries and keys).
 #pragma once
 
@@ -74,10 +70,7 @@ __global__ void __launch_bounds__(kWgmmaWsThreads, 1)
   constexpr int D = Shape::D;
   constexpr int kThreads = kWgmmaPrefillThreads;
   constexpr bool kQSmem = Shape::kQInSmem;  // head dim 256
-  // Two key tiles per step (kPairs): the builds without R(m) q in fp32 (RoPE off, the one-segment
-  // form) over 16-bit pages at head dims 64 and 128, whose six-stage ring takes q_pre's space.
-  constexpr bool kPairs = (!kRope || kOneSeg) && !kQSmem && kKv == KvTiles::kPages;
-  constexpr int S = kPairs ? kWgmmaPairStages : Shape::kRing;
+  constexpr int S = Shape::kRing;
   constexpr int KSteps = D / 16;
   constexpr int kHalf = D / 2;  // the tables' row stride in pairs (rotary_dim <= D)
   // The loading warpgroup's registers: 24; 40 where it picks raw tiles' K from the scratch and 32
@@ -168,7 +161,7 @@ __global__ void __launch_bounds__(kWgmmaWsThreads, 1)
   // the tile records): tile j's iteration reads K(j) and V(j - 1) (P(j - 1) V(j - 1) runs under
   // tile j's softmax). Until the prologue has read them, the raw query lies in stage 3, the
   // cos/sin tables in stage 2's V slot.
-  static_assert(kQSmem || S >= 4, "the prologue's staging takes stages 2 and 3");
+  static_assert(kQSmem || S == 4, "the prologue's staging assumes four stages");
   using Stream = TileStream<T, D, kThreads, S, true>;
   Stream stream = Stream::for_head(p, kv_head, tile_end, tid,
                                    reinterpret_cast<T*>(smem + Shape::kStages));
@@ -360,10 +353,12 @@ __global__ void __launch_bounds__(kWgmmaWsThreads, 1)
     else if constexpr (full_half) wgmma_segment_query<T, D>(qf, q_pre, cs, t4, tid);
     else wgmma_segment_query_any<T, D>(qf, q_pre, cs, t4, tid, p.rope.rotary_dim, interleaved);
   };
-  // S = Q K^T for this warpgroup's 64 rows against the tile in ring stage `stage`: the wgmmas
-  // alone (issue_qk fences and commits them).
-  auto qk_wgmmas = [&](float (&s)[32], int stage) {
+  // S = Q K^T for this warpgroup's 64 rows against the tile in ring stage `stage` (issued, not
+  // waited for).
+  auto issue_qk = [&](float (&s)[32], int stage) {
     const std::uint32_t k_addr = ptx::smem_addr(stream.k_stage(stage));
+    ptx::fence_operands(s);
+    ptx::wgmma_fence();
     if constexpr (kQSmem) {  // the warpgroup's 64 rows start 64 x 128 bytes into each block
       const std::uint32_t q_addr = ptx::smem_addr(q_op) + wg * 64 * 128;
 #pragma unroll
@@ -381,12 +376,6 @@ __global__ void __launch_bounds__(kWgmmaWsThreads, 1)
                                           kk > 0);
       }
     }
-  };
-  // Issued, not waited for.
-  auto issue_qk = [&](float (&s)[32], int stage) {
-    ptx::fence_operands(s);
-    ptx::wgmma_fence();
-    qk_wgmmas(s, stage);
     ptx::wgmma_commit();
   };
 
@@ -406,25 +395,21 @@ __global__ void __launch_bounds__(kWgmmaWsThreads, 1)
   float s[32];
   std::uint32_t pa[4][4];  // P of the previous tile, wgmma's A operand for O += P V
 
-  // O += P V for the tile in ring stage `stage`, P's four k-steps from `pk`: the wgmmas alone.
-  auto pv_wgmmas = [&](const std::uint32_t (*pk)[4], int stage) {
+  // O += P V for the tile in ring stage `stage` (issued, not waited for).
+  auto issue_pv = [&](int stage) {
     const std::uint32_t v_addr = ptx::smem_addr(stream.v_stage(stage));
+    fence_o();
+    ptx::wgmma_fence();
 #pragma unroll
     for (int kv = 0; kv < 4; ++kv) {
 #pragma unroll
       for (int b = 0; b < kOB; ++b) {  // block b: V's 64-column blocks 2b, 2b + 1
         const std::uint64_t dv = ptx::wgmma_desc(
             v_addr + kv * 16 * 128 + b * 2 * kTileKeys * 128, kTileKeys * 128, 1024);
-        if constexpr (D >= 128) ptx::wgmma_rs_m64n128k16<T, true>(o[b], pk[kv], dv, 1);
-        else ptx::wgmma_rs_m64n64k16<T, true>(o[b], pk[kv], dv, 1);
+        if constexpr (D >= 128) ptx::wgmma_rs_m64n128k16<T, true>(o[b], pa[kv], dv, 1);
+        else ptx::wgmma_rs_m64n64k16<T, true>(o[b], pa[kv], dv, 1);
       }
     }
-  };
-  // Issued, not waited for.
-  auto issue_pv = [&](int stage) {
-    fence_o();
-    ptx::wgmma_fence();
-    pv_wgmmas(pa, stage);
     ptx::wgmma_commit();
   };
 
@@ -590,165 +575,9 @@ __global__ void __launch_bounds__(kWgmmaWsThreads, 1)
     fence_o();
     if constexpr (!kLate) take_turn(late);  // warpgroup 1's last hand-over
   };
-  // ---- kPairs: two key tiles per step ---------------------------------------------------------
-  // One step takes the tiles of two ring stages: S over both (16 wgmmas, one commit group), P V
-  // over the two before, one softmax over the 128 keys, so the turns, the waits for the
-  // wgmmas, the row reductions and the rescale come once per 128 keys instead of per 64. Every
-  // CTA of these builds has one run (no segment rebuild). With an odd number of tiles the last
-  // step takes one: its second half reads the same stage again, masked whole (P = 0 against
-  // finite V), so every step's code is the same.
-  float s2[2][32];
-  std::uint32_t pa2[8][4];
-  // The two tiles' keys, packed (registers are short here: S, P, O and the query take 192):
-  // key0 of each, and their rows (bits 0-6, 8-14) and tail flags (bits 7, 15).
-  struct PairKeys {
-    int key0_a, key0_b, meta;
-    __device__ int key0(int half) const { return half ? key0_b : key0_a; }
-    __device__ int rows(int half) const { return (meta >> (8 * half)) & 127; }
-    __device__ bool is_tail(int half) const { return (meta >> (8 * half + 7)) & 1; }
-  };
-  auto pair_keys = [](const TileKeys& a, const TileKeys& b) {
-    return PairKeys{a.key0, b.key0,
-                    a.rows | (a.is_tail ? 128 : 0) | (b.rows << 8) | (b.is_tail ? 32768 : 0)};
-  };
-  // Masks both halves, the softmax over 128 keys, as softmax does over 64.
-  auto softmax_pair = [&](const PairKeys& pk, float (&scale)[2], auto masked) {
-    if constexpr (decltype(masked)::value) {
-#pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const int rows = pk.rows(half);
-        int bound[2];
-#pragma unroll
-        for (int h = 0; h < 2; ++h)
-          bound[h] = pk.is_tail(half) ? min(rows, last_visible[h] - pk.key0(half) + 1) : rows;
-#pragma unroll
-        for (int n = 0; n < 8; ++n)
-#pragma unroll
-          for (int e = 0; e < 4; ++e)
-            s2[half][4 * n + e] =
-                8 * n + 2 * t4 + (e & 1) < bound[e >> 1] ? s2[half][4 * n + e] : -INFINITY;
-      }
-    }
-#pragma unroll
-    for (int h = 0; h < 2; ++h)
-      scale[h] = online_softmax_row<16, true>(
-          [&](int n, int e) -> float& { return s2[n >> 3][4 * (n & 7) + 2 * h + e]; },
-          row_max[h], row_sum[h]);
-  };
-  auto rescale_and_pack_pair = [&](const float (&scale)[2]) {
-    if (warp_needs_rescale(scale[0], scale[1])) {
-#pragma unroll
-      for (int n = 0; n < D / 8; ++n)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) o_at(4 * n + e) *= scale[e >> 1];
-    }
-#pragma unroll
-    for (int kv = 0; kv < 8; ++kv)
-#pragma unroll
-      for (int r = 0; r < 4; ++r)
-        pa2[kv][r] = ptx::pack2<T>(s2[kv >> 2][8 * (kv & 3) + 2 * r],
-                                   s2[kv >> 2][8 * (kv & 3) + 2 * r + 1]);
-  };
-  auto issue_qk_pair = [&](int stage_a, int stage_b) {
-    ptx::fence_operands(s2[0]);
-    ptx::fence_operands(s2[1]);
-    ptx::wgmma_fence();
-    qk_wgmmas(s2[0], stage_a);
-    qk_wgmmas(s2[1], stage_b);
-    ptx::wgmma_commit();
-  };
-  auto issue_pv_pair = [&](int stage_a, int stage_b) {
-    fence_o();
-    ptx::wgmma_fence();
-    pv_wgmmas(pa2, stage_a);
-    pv_wgmmas(pa2 + 4, stage_b);
-    ptx::wgmma_commit();
-  };
-  // A half with no keys (masked whole).
-  constexpr TileKeys kNoKeys{0, 0, 0};
-  auto whole_half = [&](const PairKeys& pk, int half) {
-    return pk.rows(half) == kTileKeys &&
-           (!pk.is_tail(half) || pk.key0(half) + kTileKeys - 1 <= first_visible);
-  };
-  auto run_pairs = [&](auto late) {
-    constexpr bool kLate = decltype(late)::value;  // warpgroup 1
-    ptx::cp_async_wait<0>();
-    __syncthreads();  // everyone's raw query landed (the loader passes it in its hand_over)
-    // A step's stages: st and st + 1 (st even; a last step of one tile takes st alone) in round
-    // ph of the ring; the step before's P V reads pst, pst + 1. Kept as running values, not as
-    // tile % 6: from the modulo, ptxas built every wgmma's descriptors in vector registers and
-    // moved them to uniform ones (R2UR five times as often), and the steps ran 10-16% slower.
-    int st = 0, pst = 0;
-    std::uint32_t ph = 0;
-    auto wait_stage = [&](int stage) {
-      ptx::mbarrier_wait(full_bar(stage), ph);
-      ptx::fence_proxy_async_smem();
-    };
-    const bool odd = (tile_end - tile_begin) & 1;
-    wait_stage(0);
-    if (tile_begin + 1 < tile_end) wait_stage(1);
-    PairKeys cur = pair_keys(load_keys(tile_begin), load_keys(tile_begin + 1));
-    PairKeys nxt = pair_keys(load_keys(tile_begin + 2), load_keys(tile_begin + 3));
-    prepare_query();
-    __syncthreads();  // with the loader: it may refill stages 2 and 3
-    if constexpr (kLate) pass_turn(late);  // warpgroup 0 goes first
-    take_turn(late);
-    issue_qk_pair(0, tile_begin + 1 < tile_end ? 1 : 0);
-    pass_turn(late);
-    ptx::wgmma_wait<0>();
-    ptx::fence_operands(s2[0]);
-    ptx::fence_operands(s2[1]);
-    float scale[2];
-    softmax_pair(cur, scale, std::true_type{});
-    rescale_and_pack_pair(scale);
-    // The step of tiles `tile` and tile + 1 (or `tile` alone, the last step of an odd count: its
-    // second half reads stage st again, masked whole); the step before took two.
-    auto step = [&](int tile, auto masked) {
-      pst = st;
-      st += 2;
-      if (st == S) st = 0, ph ^= 1u;
-      const bool two = tile + 1 < tile_end;
-      wait_stage(st);
-      if (two) wait_stage(st + 1);
-      take_turn(late);
-      issue_qk_pair(st, two ? st + 1 : st);
-      issue_pv_pair(pst, pst + 1);
-      pass_turn(late);
-      ptx::wgmma_wait<1>();
-      ptx::fence_operands(s2[0]);
-      ptx::fence_operands(s2[1]);
-      softmax_pair(cur, scale, masked);
-      ptx::wgmma_wait<0>();
-      fence_o();
-      // The step before's stages (K read by its S, V by P V just now) are free for this warp.
-      if (lane == 0) {
-        ptx::mbarrier_arrive(empty_bar(pst));
-        ptx::mbarrier_arrive(empty_bar(pst + 1));
-      }
-      rescale_and_pack_pair(scale);
-    };
-    for (int tile = tile_begin + 2; tile < tile_end; tile += 2) {
-      cur = nxt;
-      nxt = pair_keys(load_keys(tile + 2), load_keys(tile + 3));
-      // The same test for the whole CTA (its first row sees the fewest tail keys): both
-      // warpgroups take the same body, and nothing is in flight at this branch.
-      if (whole_half(cur, 0) && whole_half(cur, 1)) step(tile, std::false_type{});
-      else step(tile, std::true_type{});
-    }
-    issue_pv_pair(st, odd ? st : st + 1);  // the last step's P V
-    ptx::wgmma_wait<0>();
-    fence_o();
-    if constexpr (!kLate) take_turn(late);  // warpgroup 1's last hand-over
-  };
-
   if (tile_begin < tile_end) {
-    if constexpr (kPairs) {
-      if (wg == 0) run_pairs(std::false_type{});
-      else run_pairs(std::true_type{});
-    } else {
-      if (wg == 0) run(std::false_type{});
-      else run(std::true_type{});
-    }
+    if (wg == 0) run(std::false_type{});
+    else run(std::true_type{});
   } else if constexpr (!kQSmem) {
     __syncthreads();  // no prologue: the loader has nothing to do
   }
