@@ -33,34 +33,16 @@ inline constexpr float kRescaleSlack = 8.0f;
 // masked keys keeps max = -inf; 0 is subtracted then, so exp2 gives 0, not NaN from
 // (-inf) - (-inf).
 // kFtz: ex2.approx.ftz, subnormal results flushed to zero (the prefill kernels); false: exp2f
-// (the decode). kTree: the row's max and sum over the thread's 2N scores as trees (depth
-// log2(N) + 1) instead of chains (N + 1): the Hopper prefill's computing warps stall most on
-// such fixed-latency dependencies (Nsight Compute, docs/performance.md).
-template <int N, bool kFtz, bool kTree = false, class Score>
+// (the decode).
+template <int N, bool kFtz, class Score>
 __device__ __forceinline__ float online_softmax_row(Score&& score, float& row_max, float& row_sum) {
-  static_assert(!kTree || (N & (N - 1)) == 0, "a tree over a power of two");
   auto exp2 = [](float x) {
     if constexpr (kFtz) return ptx::exp2_approx(x);
     else return exp2f(x);
   };
-  // Pairwise, then halving: t[0] is the reduction of t[0 .. N).
-  auto tree = [](float (&t)[N], auto op) {
-#pragma unroll
-    for (int w = N / 2; w >= 1; w /= 2)
-#pragma unroll
-      for (int n = 0; n < w; ++n) t[n] = op(t[n], t[n + w]);
-    return t[0];
-  };
   float mx = -INFINITY;
-  if constexpr (kTree) {
-    float t[N];
 #pragma unroll
-    for (int n = 0; n < N; ++n) t[n] = fmaxf(score(n, 0), score(n, 1));
-    mx = tree(t, [](float a, float b) { return fmaxf(a, b); });
-  } else {
-#pragma unroll
-    for (int n = 0; n < N; ++n) mx = fmaxf(mx, fmaxf(score(n, 0), score(n, 1)));
-  }
+  for (int n = 0; n < N; ++n) mx = fmaxf(mx, fmaxf(score(n, 0), score(n, 1)));
   mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
   mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
   // -inf + slack is -inf: a row's first visible key always sets its max.
@@ -70,15 +52,12 @@ __device__ __forceinline__ float online_softmax_row(Score&& score, float& row_ma
   const float scale = grow ? exp2(row_max - m_new) : 1.0f;
   row_max = m_new;
   float sum = 0.0f;
-  [[maybe_unused]] float t[N];
 #pragma unroll
   for (int n = 0; n < N; ++n) {
     score(n, 0) = exp2(score(n, 0) - m_use);
     score(n, 1) = exp2(score(n, 1) - m_use);
-    if constexpr (kTree) t[n] = score(n, 0) + score(n, 1);
-    else sum += score(n, 0) + score(n, 1);
+    sum += score(n, 0) + score(n, 1);
   }
-  if constexpr (kTree) sum = tree(t, [](float a, float b) { return a + b; });
   row_sum = row_sum * scale + sum;
   return scale;
 }
