@@ -47,29 +47,18 @@ void check_prefill(const test::ref::Scenario& sc, bool reversed_pages = false) {
     INFO(r2);
     CHECK(r2.empty());
   };
-  // The eager baseline is the bar, so it is checked too: the Hopper kernel's RoPE-off build
-  // (every segment re-encoded, queries rotated; its own two-tiles-per-step loop) under the same
-  // rule against the mma.sync kernel's eager error.
-  // (Not under the schedules that depend on the request's length, which eager_error_bars
-  // does not run.)
+  // The eager baseline is the bar, so it is checked too: its error (above: kAuto's kernel, the
+  // Hopper one where it applies, RoPE off over re-encoded pages) within the rule's bound on the
+  // mma.sync kernel's eager error; NaN counts as unwritten (required 0 above). Not under the
+  // schedules that depend on the request's length, which eager_error_bars does not run.
   if (wgmma_applies(spec) && spec.schedule != RopeType::kDynamic &&
       spec.schedule != RopeType::kLongrope) {
-    auto eager_with = [&](cuda::PrefillKernel kernel) {
-      gpu::DeviceScenario es(sc, -1);
-      es.prefill_kernel = kernel;
-      return es.eager();
-    };
-    const gpu::GpuResult mma = eager_with(cuda::PrefillKernel::kMmaSync);
-    const gpu::GpuResult ws = eager_with(cuda::PrefillKernel::kWgmmaWs);
-    CHECK(ws.unwritten == 0);
-    INFO("eager baseline, RoPE off: wgmma_ws against mma_sync's error");
-    std::string r = gpu::check_error_rule(ws.out, ref.out, gpu::max_abs_error(mma.out, ref.out),
-                                          1e-3 * scale + 1e-5);
-    INFO(r);
-    CHECK(r.empty());
-    r = gpu::check_error_rule(ws.lse, ref.lse, gpu::max_abs_error(mma.lse, ref.lse), 1e-3);
-    INFO(r);
-    CHECK(r.empty());
+    gpu::DeviceScenario es(sc, -1);
+    es.prefill_kernel = cuda::PrefillKernel::kMmaSync;
+    const gpu::GpuResult mma = es.eager();
+    INFO("eager baseline, RoPE off: kAuto's error against mma_sync's");
+    CHECK(eager_out <= 2.0 * gpu::max_abs_error(mma.out, ref.out) + 1e-3 * scale + 1e-5);
+    CHECK(eager_lse <= 2.0 * gpu::max_abs_error(mma.lse, ref.lse) + 1e-3);
   }
   gpu::DeviceScenario ds(sc, -1);
   if (reversed_pages) ds.reverse_pages();
