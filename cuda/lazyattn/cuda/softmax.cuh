@@ -32,8 +32,9 @@ inline constexpr float kRescaleSlack = 8.0f;
 // rescales the row's accumulated output: exactly 1 where the max stayed. A row that has seen only
 // masked keys keeps max = -inf; 0 is subtracted then, so exp2 gives 0, not NaN from
 // (-inf) - (-inf).
-// kFtz: ex2.approx.ftz, subnormal results flushed to zero (the prefill kernels); false: exp2f
-// (the decode).
+// kFtz: ex2.approx.ftz, one MUFU.EX2 per score, subnormal results flushed to zero (every kernel
+// since 2026-12-06; the decode's issue-bound loops, fp8 and raw form, count each instruction);
+// false: exp2f, which scales arguments below -126 around the MUFU.EX2 (four instructions).
 template <int N, bool kFtz, class Score>
 __device__ __forceinline__ float online_softmax_row(Score&& score, float& row_max, float& row_sum) {
   auto exp2 = [](float x) {
