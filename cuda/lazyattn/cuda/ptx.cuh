@@ -120,25 +120,6 @@ __device__ __forceinline__ std::uint32_t e4m3x2_to_half2(std::uint32_t x) {
   return r;
 }
 
-// Two halves (a half2 in x) rounded to nearest (saturating at +-448) as two e4m3 codes, the low
-// half's in bits 0-7. sm_89 and later.
-__device__ __forceinline__ std::uint32_t half2_to_e4m3x2(std::uint32_t x) {
-  unsigned short r;
-  asm("cvt.rn.satfinite.e4m3x2.f16x2 %0, %1;\n" : "=h"(r) : "r"(x));
-  return r;
-}
-
-// D += A * B on e4m3 codes with fp32 accumulation (m16n8k32): each register holds four codes,
-// the lowest k in bits 0-7. sm_89 and later.
-__device__ __forceinline__ void mma_16832_e4m3(float (&d)[4], const std::uint32_t (&a)[4],
-                                               std::uint32_t b0, std::uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0, %1, %2, %3}, "
-      "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
 // 2^x in one MUFU.EX2 (ex2.approx.ftz: relative error about 2^-22, denormals flushed); -inf -> 0.
 __device__ __forceinline__ float exp2_approx(float x) {
   float y;

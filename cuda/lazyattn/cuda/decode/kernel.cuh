@@ -28,10 +28,7 @@
 // into the even dims' B register and the odd dims', so each MMA covers every other dim of a
 // 16-dim block (merge_warps_and_store maps the columns back). K's scale, one per KV head,
 // multiplies the scores; V's the output. Raw-form fp8 keys are rotated after the dequantization,
-// in the same registers, in packed half math (decode/scores.cuh, scores_raw_fp8). Where the query
-// stays in registers (the local and RoPE-off builds, D <= 128) K is not dequantized at all: S is
-// a sum of e4m3 x e4m3 MMAs (m16n8k32, fp32 accumulation) on the K codes as ldmatrix leaves them,
-// the rotated query split into e4m3 terms (kQ8, "the query as e4m3 terms" below).
+// in the same registers, in packed half math (decode/scores.cuh, scores_raw_fp8).
 //
 // Per CTA, in order: the first tiles' copies go out; the first query is built under them; then
 // per tile: wait for it, issue the next loads, switch the query if the tile's rotation differs,
@@ -185,19 +182,7 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
   // rarely changes; the raw-capable build, whose query changes every raw tile, reads them from
   // shared memory at each k-step instead and leaves those registers to the key rotation.
   constexpr bool kQRegs = Shape::kQInRegisters && !kRawTiles;
-  // The query as e4m3 terms (fp8 pools, query in registers): each row scaled by a power of two
-  // that puts its largest element in [128, 256), then term 0 = e4m3(x), term 1 = e4m3(x - term 0),
-  // ...: two terms keep 8 significant bits (bfloat16's, for bfloat16 queries), three the 11 of the
-  // half query (float16 queries). q8[t][k2] is the m16n8k32 A fragment of dims 32 k2 .. + 31:
-  // registers 0 and 2 row g, 1 and 3 row g + 8, dims 32 k2 + 4 t4 .. + 3 and 16 more (the order
-  // the K codes come in from ldmatrix, which is the MMA's B layout). q8_factor[h] undoes row
-  // h's scale (rows g, g + 8) and applies K's.
-  constexpr bool kQ8 = kFp8 && kQRegs;
-  constexpr int kQTerms = std::is_same_v<T, __half> ? 3 : 2;
-  static_assert(kQTerms <= Shape::kQ8MaxTerms);
-  std::uint32_t qa[kQRegs && !kQ8 ? Shape::kKSteps : 1][4];
-  std::uint32_t q8[kQ8 ? kQTerms : 1][kQ8 ? Shape::kKSteps / 2 : 1][4];
-  float q8_factor[2] = {1.0f, 1.0f};
+  std::uint32_t qa[kQRegs ? Shape::kKSteps : 1][4];
   const std::uint8_t kRawForm = static_cast<std::uint8_t>(StorageForm::kRaw);
   const float q_scale = (kRope ? p.rope.query_scale : 1.0f) * p.sm_scale_log2;
 
@@ -333,79 +318,9 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
     a[2] = r0.y;
     a[3] = r1.y;
   };
-  // kQ8: the query of buffer buf as e4m3 terms (above). Every warp holds the same fragments, so
-  // each converts D / 128 of the 32-dim steps into shared memory and all read them back after a
-  // barrier (called where every thread is: use_query). Row maxima first, over the quad.
-  auto load_query_e4m3 = [&](int buf) {
-    const TQ* src = q_rot_at(buf);
-    constexpr int kK2 = Shape::kKSteps / 2;
-    __half2 mx[2] = {__float2half2_rn(0.0f), __float2half2_rn(0.0f)};
-    auto h2 = [](std::uint32_t r) { return *reinterpret_cast<const __half2*>(&r); };
-#pragma unroll
-    for (int kk = 0; kk < Shape::kKSteps; ++kk) {
-      std::uint32_t a[4];
-      query_frag_fp8(a, src, kk);
-#pragma unroll
-      for (int r = 0; r < 4; ++r) mx[r & 1] = __hmax2(mx[r & 1], __habs2(h2(a[r])));
-    }
-    __half2 scale2[2];
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      float m = fmaxf(__low2float(mx[h]), __high2float(mx[h]));
-      m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
-      m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
-      // m = f 2^e, f in [0.5, 1): the scale 2^(8 - e), within [2^-8, 2^15] (a half); 1 for a
-      // zero row (rows >= G).
-      const int e = static_cast<int>((__float_as_uint(m) >> 23) & 0xff) - 126;
-      const int k = m > 0.0f ? min(max(8 - e, -8), 15) : 0;
-      const float scale = __uint_as_float(static_cast<std::uint32_t>(127 + k) << 23);
-      scale2[h] = __float2half2_rn(scale);
-      q8_factor[h] = k_scale / scale;
-    }
-    std::uint32_t* terms = reinterpret_cast<std::uint32_t*>(smem + Shape::kQ8Offset);
-    for (int k2 = warp; k2 < kK2; k2 += kDecodeWarps) {
-      std::uint32_t a[4], b[4];
-      query_frag_fp8(a, src, 2 * k2);
-      query_frag_fp8(b, src, 2 * k2 + 1);
-      // Register r of the fragment: dims +0, +1 and +2, +3 as two half2.
-      const std::uint32_t lo[4] = {a[0], a[1], b[0], b[1]}, hi[4] = {a[2], a[3], b[2], b[3]};
-      std::uint32_t code[kQTerms][4];
-#pragma unroll
-      for (int r = 0; r < 4; ++r) {
-        __half2 x0 = __hmul2(h2(lo[r]), scale2[r & 1]), x1 = __hmul2(h2(hi[r]), scale2[r & 1]);
-#pragma unroll
-        for (int t = 0; t < kQTerms; ++t) {
-          const std::uint32_t c0 = ptx::half2_to_e4m3x2(*reinterpret_cast<std::uint32_t*>(&x0));
-          const std::uint32_t c1 = ptx::half2_to_e4m3x2(*reinterpret_cast<std::uint32_t*>(&x1));
-          code[t][r] = __byte_perm(c0, c1, 0x5410);
-          if (t + 1 < kQTerms) {  // exact in half: x and its e4m3 rounding are close
-            x0 = __hsub2(x0, h2(ptx::e4m3x2_to_half2(c0)));
-            x1 = __hsub2(x1, h2(ptx::e4m3x2_to_half2(c1)));
-          }
-        }
-      }
-#pragma unroll
-      for (int t = 0; t < kQTerms; ++t)
-        *reinterpret_cast<uint4*>(terms + ((t * kK2 + k2) * 32 + lane) * 4) =
-            make_uint4(code[t][0], code[t][1], code[t][2], code[t][3]);
-    }
-    __syncthreads();
-#pragma unroll
-    for (int t = 0; t < kQTerms; ++t)
-#pragma unroll
-      for (int k2 = 0; k2 < kK2; ++k2) {
-        const uint4 v = *reinterpret_cast<const uint4*>(terms + ((t * kK2 + k2) * 32 + lane) * 4);
-        q8[t][k2][0] = v.x;
-        q8[t][k2][1] = v.y;
-        q8[t][k2][2] = v.z;
-        q8[t][k2][3] = v.w;
-      }
-  };
   // The query of buffer buf into the A fragments (registers up to D = 128).
   auto load_query = [&](int buf) {
-    if constexpr (kQ8) {
-      load_query_e4m3(buf);
-    } else if constexpr (kQRegs) {
+    if constexpr (kQRegs) {
       const TQ* src = q_rot_at(buf);
 #pragma unroll
       for (int kk = 0; kk < Shape::kKSteps; ++kk) {
@@ -519,26 +434,7 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
         ptx::ldmatrix_x4(a, ptx::smem_addr(q_rot_at(qbuf) + swizzle<D>(row, 2 * kk + (mi >> 1))));
       }
     };
-    if constexpr (kQ8) {
-      // K's codes straight into the MMA: matrix mi is keys 8 (mi & 1) .. + 7 of this warp's 16,
-      // dims 32 k2 + 16 (mi >> 1) .. + 15, and a thread's register holds four consecutive dims
-      // 4 t4 .. + 3 of key g: B registers kr[nt] and kr[nt + 2] of key block nt.
-      const int row = warp * 16 + (mi & 1) * 8 + (lane & 7);
-#pragma unroll
-      for (int k2 = 0; k2 < Shape::kKSteps / 2; ++k2) {
-        std::uint32_t kr[4];
-        ptx::ldmatrix_x4(kr, ptx::smem_addr(ks + kv_offset(row, 2 * k2 + (mi >> 1))));
-#pragma unroll
-        for (int nt = 0; nt < 2; ++nt)
-#pragma unroll
-          for (int t = 0; t < kQTerms; ++t)
-            ptx::mma_16832_e4m3(sc[nt], q8[t][k2], kr[nt], kr[nt + 2]);
-      }
-#pragma unroll
-      for (int nt = 0; nt < 2; ++nt)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) sc[nt][e] *= q8_factor[e >> 1];
-    } else if constexpr (kFp8) {
+    if constexpr (kFp8) {
       // One ldmatrix.x4 per two k-steps: matrix mi is keys 8 (mi & 1) .. + 7 of this warp's 16,
       // k-step 2 k2 + (mi >> 1) (a 16-byte chunk of 16 codes).
       const int row = warp * 16 + (mi & 1) * 8 + (lane & 7);

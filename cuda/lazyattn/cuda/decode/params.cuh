@@ -77,12 +77,6 @@ struct DecodeShape {
   static constexpr int kMergeBytes = kDecodeWarps * kRows * (D + 4) * 4;
   static constexpr int kPipeBytes = kStages * kStageBytes > kMergeBytes ? kStages * kStageBytes
                                                                        : kMergeBytes;
-  // fp8 pools: the stages take half of kPipeBytes; the query's e4m3 terms (decode/kernel.cuh,
-  // kQ8) pass between the warps through the rest, [term][D / 32][lane][4] 32-bit words.
-  static constexpr int kQ8Offset = kStages * kStageBytes / 2;
-  static constexpr int kQ8MaxTerms = 3;
-  static_assert(kQ8Offset + kQ8MaxTerms * (D / 32) * 32 * 16 <= kPipeBytes,
-                "decode: no room for the fp8 query terms");
   static constexpr int kQRotOffset = kPipeBytes;              // [2][kRows][D] 16-bit
   static constexpr int kCsQueryOffset = kQRotOffset + 2 * kRows * D * 2;  // [2][D / 2] float2
   // The raw-capable build's ring of tile records (decode/kernel.cuh), 16-byte aligned.
