@@ -77,11 +77,14 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
   const int g = lane >> 2;
   const int t4 = lane & 3;
   const int mi = lane >> 3;  // which 8x8 matrix of an ldmatrix.x4 this lane addresses
-  // This thread's share of a query rotation (a rotary pair's angles, a 16-dim chunk of a query
-  // row). The raw-capable build, which rotates the query at every raw tile, rotates the ids by
-  // three warps: with G = 4 the angles fall to warps 1 and 2 and the query rows to warp 3, not
-  // both to warp 0, which the other warps then waited for at the next barrier.
+  // This thread's share of a query rotation: a rotary pair's angles (qid < D / 2) and a 16-dim
+  // chunk of a query row (fqid < G D / 16). The raw-capable build, which rotates the query at
+  // every raw tile, moves them off warp 0 and apart: with G = 4 at head dim 128 the angles fall to
+  // warps 1 and 2 and the query rows to warp 3, so no warp carries both while the others wait at
+  // the next barrier (and the work spreads over the schedulers, which take a CTA's warps by
+  // index).
   const int qid = kRawTiles ? (tid + 3 * 32) % kDecodeThreads : tid;
+  const int fqid = kRawTiles ? (tid + 32) % kDecodeThreads : tid;
 
   const int b = p.sched.work_request[work];
   const int tile_begin = p.sched.work_tile_begin[work];
@@ -215,8 +218,8 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
   constexpr int kPairChunks = kRows * (D / 16);  // (row, 16 dims) units, one per thread
   constexpr int kPer = (kPairChunks + kDecodeThreads - 1) / kDecodeThreads;
   const bool fast_query = kRope && kPer == 1 && rotary % 16 == 0;
-  const int fq_row = qid / (D / 16), fq_u = qid % (D / 16);
-  const bool fq_owner = qid < kPairChunks && fq_row < G;  // holds a real query chunk
+  const int fq_row = fqid / (D / 16), fq_u = fqid % (D / 16);
+  const bool fq_owner = fqid < kPairChunks && fq_row < G;  // holds a real query chunk
   // This thread's two chunks (dims fq_a.. and fq_b..) and what they hold.
   enum : int { kFqHalf, kFqInterleaved, kFqPass };
   const int fq_kind = 16 * fq_u >= rotary ? kFqPass : interleaved ? kFqInterleaved : kFqHalf;
@@ -361,7 +364,7 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
   if (tile_begin < tile_end) {
     const std::int64_t d0 = tile_delta(cur);
     if (fast_query) {
-      if (qid < kPairChunks) {
+      if (fqid < kPairChunks) {
         if (fq_row < G) {
           q_x = *reinterpret_cast<const uint4*>(q_src + fq_row * D + fq_a);
           q_y = *reinterpret_cast<const uint4*>(q_src + fq_row * D + fq_b);
