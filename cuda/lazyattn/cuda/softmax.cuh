@@ -32,15 +32,11 @@ inline constexpr float kRescaleSlack = 8.0f;
 // rescales the row's accumulated output: exactly 1 where the max stayed. A row that has seen only
 // masked keys keeps max = -inf; 0 is subtracted then, so exp2 gives 0, not NaN from
 // (-inf) - (-inf).
-// kFtz: ex2.approx.ftz, one MUFU.EX2 per score, subnormal results flushed to zero (every kernel
-// since 2026-12-06; the decode's issue-bound loops, fp8 and raw form, count each instruction);
-// false: exp2f, which scales arguments below -126 around the MUFU.EX2 (four instructions).
-template <int N, bool kFtz, class Score>
+// Exponentials are one ex2.approx.ftz each (ptx::exp2_approx; subnormal results flush to 0, far
+// below a 16-bit P's resolution): exp2f's range handling costs three more instructions per
+// score, which the decode's issue-bound loops (fp8, raw form) measured.
+template <int N, class Score>
 __device__ __forceinline__ float online_softmax_row(Score&& score, float& row_max, float& row_sum) {
-  auto exp2 = [](float x) {
-    if constexpr (kFtz) return ptx::exp2_approx(x);
-    else return exp2f(x);
-  };
   float mx = -INFINITY;
 #pragma unroll
   for (int n = 0; n < N; ++n) mx = fmaxf(mx, fmaxf(score(n, 0), score(n, 1)));
@@ -50,13 +46,13 @@ __device__ __forceinline__ float online_softmax_row(Score&& score, float& row_ma
   const bool grow = mx > row_max + kRescaleSlack;
   const float m_new = grow ? mx : row_max;
   const float m_use = m_new == -INFINITY ? 0.0f : m_new;
-  const float scale = grow ? exp2(row_max - m_new) : 1.0f;
+  const float scale = grow ? ptx::exp2_approx(row_max - m_new) : 1.0f;
   row_max = m_new;
   float sum = 0.0f;
 #pragma unroll
   for (int n = 0; n < N; ++n) {
-    score(n, 0) = exp2(score(n, 0) - m_use);
-    score(n, 1) = exp2(score(n, 1) - m_use);
+    score(n, 0) = ptx::exp2_approx(score(n, 0) - m_use);
+    score(n, 1) = ptx::exp2_approx(score(n, 1) - m_use);
     sum += score(n, 0) + score(n, 1);
   }
   row_sum = row_sum * scale + sum;

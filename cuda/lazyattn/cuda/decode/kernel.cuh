@@ -495,7 +495,7 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
     float scale[2];
 #pragma unroll
     for (int h = 0; h < 2; ++h)
-      scale[h] = online_softmax_row<2, true>(
+      scale[h] = online_softmax_row<2>(
           [&](int n, int e) -> float& { return sc[n][2 * h + e]; }, row_max[h], row_sum[h]);
     if (warp_needs_rescale(scale[0], scale[1])) {  // rare after the first tiles
 #pragma unroll

@@ -255,7 +255,7 @@ __global__ void __launch_bounds__(PrefillShape<D>::kThreads, PrefillShape<D>::kM
     for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        const float scale = online_softmax_row<8, true>(
+        const float scale = online_softmax_row<8>(
             [&](int n, int e) -> float& { return sc[mt][n][2 * h + e]; }, row_max[mt][h],
             row_sum[mt][h]);
 #pragma unroll

@@ -436,7 +436,7 @@ __global__ void __launch_bounds__(kWgmmaWsThreads, 1)
     }
 #pragma unroll
     for (int h = 0; h < 2; ++h)
-      scale[h] = online_softmax_row<8, true>(
+      scale[h] = online_softmax_row<8>(
           [&](int n, int e) -> float& { return s[4 * n + 2 * h + e]; }, row_max[h], row_sum[h]);
   };
   // O *= scale where a row of the warp took a new max (no wgmma owns O, so the branch makes
