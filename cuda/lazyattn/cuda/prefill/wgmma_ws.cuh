@@ -185,8 +185,9 @@ __global__ void __launch_bounds__(kWgmmaWsThreads, 1)
   // Rows [0, rows) of a per-dim table: (1, 0) past the rotary dims (they never change).
   auto store_pass_dims = [&](float2* table, int rows) {
     const int pass = D - 2 * rot_half;
+    const int div = pass > 0 ? pass : 1;  // the loop is empty then; no constant division by 0
     for (int i = tid; i < rows * pass; i += kThreads)
-      table[(i / pass) * D + 2 * rot_half + i % pass] = make_float2(1.0f, 0.0f);
+      table[(i / div) * D + 2 * rot_half + i % div] = make_float2(1.0f, 0.0f);
   };
   // The CTA's segments are consecutive (one request's), seg0 the first tile's. In the builds
   // of the other rotary layouts (kSegTable), when the CTA's tiles span at most kSegTableRows
