@@ -182,12 +182,14 @@ __global__ void __launch_bounds__(kWgmmaWsThreads, 1)
     row[interleaved ? 2 * j : j] = make_float2(c.x, -c.y);
     row[interleaved ? 2 * j + 1 : j + rot_half] = c;
   };
-  // Rows [0, rows) of a per-dim table: (1, 0) past the rotary dims (they never change).
+  // Rows [0, rows) of a per-dim table: (1, 0) past the rotary dims (they never change). Only
+  // the kAnyRotary builds keep such tables; elsewhere pass would be the constant 0.
   auto store_pass_dims = [&](float2* table, int rows) {
-    const int pass = D - 2 * rot_half;
-    const int div = pass > 0 ? pass : 1;  // the loop is empty then; no constant division by 0
-    for (int i = tid; i < rows * pass; i += kThreads)
-      table[(i / div) * D + 2 * rot_half + i % div] = make_float2(1.0f, 0.0f);
+    if constexpr (kAnyRotary) {
+      const int pass = D - 2 * rot_half;
+      for (int i = tid; i < rows * pass; i += kThreads)
+        table[(i / pass) * D + 2 * rot_half + i % pass] = make_float2(1.0f, 0.0f);
+    }
   };
   // The CTA's segments are consecutive (one request's), seg0 the first tile's. In the builds
   // of the other rotary layouts (kSegTable), when the CTA's tiles span at most kSegTableRows
