@@ -155,6 +155,34 @@ TEST_CASE("decode with a GQA group of 16", "[cuda][decode]") {
     }
 }
 
+// Pages of 1 to 1024 keys (the sweep's are 16 to 64): below 16 keys a page, the rows a thread
+// copies for one tile lie in different pages; above 64 a tile lies inside one page. Documents of
+// several tiles and partial last tiles, both forms, both 16-bit types (fp8 pools:
+// test_fp8_decode.cu).
+TEST_CASE("decode over pages of 1 to 1024 keys", "[cuda][decode][pages]") {
+  std::uint64_t seed = 6500;
+  for (int page_size : {1, 4, 8, 128, 1024})
+    for (StorageForm form : {StorageForm::kLocal, StorageForm::kRaw})
+      for (DType dtype : {DType::kBFloat16, DType::kFloat16}) {
+        INFO("page size " << page_size);
+        ScenarioSpec spec;
+        spec.seed = ++seed;
+        spec.head_dim = page_size == 4 ? 64 : 128;
+        spec.dtype = dtype;
+        spec.num_qo_heads = 16;
+        spec.num_kv_heads = 4;
+        spec.page_size = page_size;
+        spec.doc_form = spec.tail_form = form;
+        spec.layout = LayoutKind::kShuffled;
+        spec.doc_lengths = {130, 64, 77};
+        spec.docs_per_request = 3;
+        spec.num_requests = 2;
+        spec.num_queries = {1};
+        spec.max_tail_extra = 40;
+        check_decode(spec);
+      }
+}
+
 TEST_CASE("decode over a long context splits and merges correctly", "[cuda][decode]") {
   for (StorageForm form : {StorageForm::kLocal, StorageForm::kRaw}) {
     ScenarioSpec spec;

@@ -138,6 +138,21 @@ TEST_CASE("decode over fp8 pools of raw-form keys: within 2x the 16-bit eager er
     check_fp8_decode(fp8_decode_spec(seed, /*raw=*/true), DType::kBFloat16);  // (its only build)
 }
 
+// Pages of 1 to 1024 keys over fp8 pools (the sweep's are 16 to 64; test_decode.cu has the
+// 16-bit case): the tile loader's page ids below and above a tile's size, both forms, head dims
+// 64 and 128.
+TEST_CASE("decode over fp8 pools of pages of 1 to 1024 keys", "[cuda][fp8][decode][pages]") {
+  std::uint64_t seed = 300;
+  for (int page_size : {1, 8, 256, 1024})
+    for (bool raw : {false, true}) {
+      INFO("page size " << page_size << (raw ? " raw" : " local"));
+      ScenarioSpec spec = fp8_decode_spec(++seed, raw);
+      spec.page_size = page_size;
+      spec.head_dim = page_size == 8 ? 64 : 128;
+      check_fp8_decode(spec, DType::kBFloat16);
+    }
+}
+
 TEST_CASE("write_tokens into an fp8 pool quantizes K after its rotation, and V", "[cuda][fp8]") {
   for (PairLayout pairs : {PairLayout::kHalf, PairLayout::kInterleaved}) {
     INFO(to_string(pairs));

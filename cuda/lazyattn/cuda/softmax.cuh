@@ -35,13 +35,17 @@ inline constexpr float kRescaleSlack = 8.0f;
 // Exponentials are one ex2.approx.ftz each (ptx::exp2_approx; subnormal results flush to 0, far
 // below a 16-bit P's resolution): exp2f's range handling costs three more instructions per
 // score, which the decode's issue-bound loops (fp8, raw form) measured.
-template <int N, class Score>
-__device__ __forceinline__ float online_softmax_row(Score&& score, float& row_max, float& row_sum) {
+// kScaled: score_scale (> 0) multiplies every score first (the fp8 decode's K scale), taken into
+// the max once per row and into each exponent's FMA instead of into every score.
+template <int N, bool kScaled = false, class Score>
+__device__ __forceinline__ float online_softmax_row(Score&& score, float& row_max, float& row_sum,
+                                                    float score_scale = 1.0f) {
   float mx = -INFINITY;
 #pragma unroll
   for (int n = 0; n < N; ++n) mx = fmaxf(mx, fmaxf(score(n, 0), score(n, 1)));
   mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
   mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+  if constexpr (kScaled) mx *= score_scale;  // a positive scale keeps the maximum (-inf too)
   // -inf + slack is -inf: a row's first visible key always sets its max.
   const bool grow = mx > row_max + kRescaleSlack;
   const float m_new = grow ? mx : row_max;
@@ -51,8 +55,13 @@ __device__ __forceinline__ float online_softmax_row(Score&& score, float& row_ma
   float sum = 0.0f;
 #pragma unroll
   for (int n = 0; n < N; ++n) {
-    score(n, 0) = ptx::exp2_approx(score(n, 0) - m_use);
-    score(n, 1) = ptx::exp2_approx(score(n, 1) - m_use);
+    if constexpr (kScaled) {
+      score(n, 0) = ptx::exp2_approx(fmaf(score(n, 0), score_scale, -m_use));
+      score(n, 1) = ptx::exp2_approx(fmaf(score(n, 1), score_scale, -m_use));
+    } else {
+      score(n, 0) = ptx::exp2_approx(score(n, 0) - m_use);
+      score(n, 1) = ptx::exp2_approx(score(n, 1) - m_use);
+    }
     sum += score(n, 0) + score(n, 1);
   }
   row_sum = row_sum * scale + sum;

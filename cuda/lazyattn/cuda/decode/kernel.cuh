@@ -466,10 +466,7 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
           }
         }
       }
-#pragma unroll
-      for (int nt = 0; nt < 2; ++nt)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) sc[nt][e] *= k_scale;
+      // K's scale multiplies the scores inside the softmax (online_softmax_row's score_scale).
     } else if (!raw) {
 #pragma unroll
       for (int kk = 0; kk < Shape::kKSteps; ++kk) {
@@ -484,19 +481,23 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
     }
 
     // ---- online softmax over this warp's keys (scores are already in log2 units) -------------
+    // Only a segment's last tile has rows past its keys (a uniform branch).
+    if (ti.rows < kDecodeTileKeys) {
 #pragma unroll
-    for (int nt = 0; nt < 2; ++nt) {
+      for (int nt = 0; nt < 2; ++nt) {
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        int key = warp * 16 + nt * 8 + 2 * t4 + (e & 1);
-        if (key >= ti.rows) sc[nt][e] = -INFINITY;
+        for (int e = 0; e < 4; ++e) {
+          int key = warp * 16 + nt * 8 + 2 * t4 + (e & 1);
+          if (key >= ti.rows) sc[nt][e] = -INFINITY;
+        }
       }
     }
     float scale[2];
 #pragma unroll
     for (int h = 0; h < 2; ++h)
-      scale[h] = online_softmax_row<2>(
-          [&](int n, int e) -> float& { return sc[n][2 * h + e]; }, row_max[h], row_sum[h]);
+      scale[h] = online_softmax_row<2, kFp8>(
+          [&](int n, int e) -> float& { return sc[n][2 * h + e]; }, row_max[h], row_sum[h],
+          k_scale);
     if (warp_needs_rescale(scale[0], scale[1])) {  // rare after the first tiles
 #pragma unroll
       for (int n = 0; n < D / 8; ++n) {
