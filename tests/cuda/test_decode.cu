@@ -5,9 +5,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <random>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "cuda/harness.cuh"
 #include "support/options.hpp"
@@ -62,6 +64,24 @@ void check_decode(const ScenarioSpec& spec, bool packed = false) {
 }
 
 }  // namespace
+
+// One query per request over shuffled documents, all of them and the tails in `form`; every
+// document in every request.
+ScenarioSpec shuffled_spec(std::uint64_t seed, int head_dim, StorageForm form,
+                           std::vector<std::int64_t> doc_lengths, int num_requests,
+                           int max_tail_extra) {
+  ScenarioSpec spec;
+  spec.seed = seed;
+  spec.head_dim = head_dim;
+  spec.doc_form = spec.tail_form = form;
+  spec.layout = LayoutKind::kShuffled;
+  spec.docs_per_request = static_cast<int>(doc_lengths.size());
+  spec.doc_lengths = std::move(doc_lengths);
+  spec.num_requests = num_requests;
+  spec.num_queries = {1};
+  spec.max_tail_extra = max_tail_extra;
+  return spec;
+}
 
 TEST_CASE("decode matches the float64 reference within 2x the eager error", "[cuda][decode]") {
   const int kCases = test::options().cuda_cases;
@@ -137,20 +157,11 @@ TEST_CASE("decode with a GQA group of 16", "[cuda][decode]") {
   std::uint64_t seed = 6000;
   for (int head_dim : {64, 128, 256})
     for (StorageForm form : {StorageForm::kRaw, StorageForm::kLocal}) {
-      ScenarioSpec spec;
-      spec.seed = ++seed;
-      spec.head_dim = head_dim;
+      ScenarioSpec spec = shuffled_spec(++seed, head_dim, form, {129, 65, 200}, 3, 20);
       spec.dtype = head_dim == 128 ? DType::kBFloat16 : DType::kFloat16;
       spec.num_qo_heads = 32;
       spec.num_kv_heads = 2;
       spec.page_size = head_dim == 64 ? 64 : 16;
-      spec.doc_form = spec.tail_form = form;
-      spec.layout = LayoutKind::kShuffled;
-      spec.doc_lengths = {129, 65, 200};
-      spec.docs_per_request = 3;
-      spec.num_requests = 3;
-      spec.num_queries = {1};
-      spec.max_tail_extra = 20;
       check_decode(spec);
     }
 }
@@ -165,20 +176,12 @@ TEST_CASE("decode over pages of 1 to 1024 keys", "[cuda][decode][pages]") {
     for (StorageForm form : {StorageForm::kLocal, StorageForm::kRaw})
       for (DType dtype : {DType::kBFloat16, DType::kFloat16}) {
         INFO("page size " << page_size);
-        ScenarioSpec spec;
-        spec.seed = ++seed;
-        spec.head_dim = page_size == 4 ? 64 : 128;
+        ScenarioSpec spec =
+            shuffled_spec(++seed, page_size == 4 ? 64 : 128, form, {130, 64, 77}, 2, 40);
         spec.dtype = dtype;
         spec.num_qo_heads = 16;
         spec.num_kv_heads = 4;
         spec.page_size = page_size;
-        spec.doc_form = spec.tail_form = form;
-        spec.layout = LayoutKind::kShuffled;
-        spec.doc_lengths = {130, 64, 77};
-        spec.docs_per_request = 3;
-        spec.num_requests = 2;
-        spec.num_queries = {1};
-        spec.max_tail_extra = 40;
         check_decode(spec);
       }
 }
