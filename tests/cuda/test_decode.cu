@@ -63,8 +63,6 @@ void check_decode(const ScenarioSpec& spec, bool packed = false) {
   }
 }
 
-}  // namespace
-
 // One query per request over shuffled documents, all of them and the tails in `form`; every
 // document in every request.
 ScenarioSpec shuffled_spec(std::uint64_t seed, int head_dim, StorageForm form,
@@ -82,6 +80,8 @@ ScenarioSpec shuffled_spec(std::uint64_t seed, int head_dim, StorageForm form,
   spec.max_tail_extra = max_tail_extra;
   return spec;
 }
+
+}  // namespace
 
 TEST_CASE("decode matches the float64 reference within 2x the eager error", "[cuda][decode]") {
   const int kCases = test::options().cuda_cases;
@@ -130,23 +130,14 @@ TEST_CASE("decode's look-ahead query build in every rotary layout", "[cuda][deco
     for (PairLayout pairs : {PairLayout::kHalf, PairLayout::kInterleaved})
       for (double partial : {1.0, 0.5})
         for (StorageForm form : {StorageForm::kRaw, StorageForm::kLocal}) {
-          ScenarioSpec spec;
-          spec.seed = ++seed;
-          spec.head_dim = head_dim;
+          ScenarioSpec spec = shuffled_spec(++seed, head_dim, form, {200, 333, 65}, 2, 70);
           spec.dtype = head_dim == 64 ? DType::kFloat16 : DType::kBFloat16;
           spec.num_qo_heads = 32;
           spec.num_kv_heads = 8;
           spec.pair_layout = pairs;
           spec.partial_rotary = partial;
           spec.schedule = RopeType::kYarn;  // an attention factor: rotary and other dims differ
-          spec.doc_form = spec.tail_form = form;
-          spec.layout = LayoutKind::kShuffled;
           spec.base_position = (std::int64_t{1} << 24) - 3000;
-          spec.doc_lengths = {200, 333, 65};
-          spec.docs_per_request = 3;
-          spec.num_requests = 2;
-          spec.num_queries = {1};
-          spec.max_tail_extra = 70;
           check_decode(spec);
         }
 }
