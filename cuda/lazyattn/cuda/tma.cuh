@@ -88,6 +88,13 @@ __device__ __forceinline__ void mbarrier_arrive_expect_tx(std::uint32_t bar, std
                : "memory");
 }
 
+// `bytes` more of asynchronous writes expected on `bar` in its current phase, without an arrival
+// (the thread arrives separately: the decode's cp.async.mbarrier.arrive.noinc).
+__device__ __forceinline__ void mbarrier_expect_tx(std::uint32_t bar, std::uint32_t bytes) {
+  asm volatile("mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(bytes)
+               : "memory");
+}
+
 // Box (c0, c1, c2, c3) of the tensor map at `map` (a __grid_constant__ parameter's address) into
 // shared memory at `dst`, its bytes counted on mbarrier `bar`.
 __device__ __forceinline__ void tma_load_4d(std::uint32_t dst, const CUtensorMap* map,

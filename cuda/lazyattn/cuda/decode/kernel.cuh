@@ -18,8 +18,10 @@
 // with it, the local-form loop runs at 255 registers and slower. kRope = false is the RoPE-off
 // baseline (keys pre-rotated at logical positions, queries pre-rotated by the caller).
 //
-// fp8 pools (kFp8): tiles of e4m3 codes stream as 16-bit tiles of half
-// the columns, so the loader is the same, and are dequantized in registers, exactly, to halves:
+// fp8 pools (kFp8): tiles of e4m3 codes stream as 16-bit tiles of half the columns; at head dims
+// 128 and 256 whole tiles come by the TMA (decode_tma: TileStream's kTma, stages on mbarriers,
+// the blocked 128-byte-swizzled layout), the rest by the gather. They are dequantized in
+// registers, exactly, to halves:
 // the query, P and both MMAs run in half whatever T is. A K fragment register from ldmatrix
 // holds four consecutive dims 4 t4 .. 4 t4 + 3 of one key, which is not the MMA's B layout
 // (dims 2 t4, 2 t4 + 1 and 2 t4 + 8, 2 t4 + 9); the dot product does not care which dim pairs
@@ -57,16 +59,25 @@ namespace lazyattn::cuda::detail {
 template <class T, int D, bool kRope, bool kRawTiles = true, bool kFp8 = false,
           bool kPackedRot = false>
 __global__ void __launch_bounds__(kDecodeThreads, 2)
-    decode_kernel(const __grid_constant__ DecodeParams p) {
+    decode_kernel(const __grid_constant__ DecodeKernelParams<kFp8, D> p) {
   static_assert(!kPackedRot || (kRawTiles && !kFp8), "packed rotation: the 16-bit raw build");
   using Shape = DecodeShape<D>;
   // The 16-bit type of the rotated query, P and the MMAs; the tiles' columns in that type.
   using TQ = std::conditional_t<kFp8, __half, T>;
   constexpr int kTileCols = kFp8 ? D / 2 : D;
+  // The TMA builds read whole tiles into the blocked 128-byte-swizzled layout (decode_tma).
+  constexpr bool kTma = decode_tma(kFp8, D);
+  // Dynamic shared memory; the TMA builds use it from its first 1024-byte boundary, the period
+  // of the swizzle the TMA writes by address (the merge's flag is static, before it). (The array
+  // keeps the name, and so the symbol and alignment, it shares with the prefill kernels'
+  // declarations in this namespace: renamed, their PTX changed.)
   extern __shared__ __align__(128) unsigned char smem[];
-  TQ* stage_base = reinterpret_cast<TQ*>(smem);
-  TQ* q_rot_buf = reinterpret_cast<TQ*>(smem + Shape::kQRotOffset);             // [2][row][D]
-  float2* cs_query = reinterpret_cast<float2*>(smem + Shape::kCsQueryOffset);  // [2][pair]
+  unsigned char* const sm =
+      kTma ? smem + ((Shape::kAlign - ptx::smem_addr(smem) % Shape::kAlign) % Shape::kAlign)
+           : smem;
+  TQ* stage_base = reinterpret_cast<TQ*>(sm);
+  TQ* q_rot_buf = reinterpret_cast<TQ*>(sm + Shape::kQRotOffset);             // [2][row][D]
+  float2* cs_query = reinterpret_cast<float2*>(sm + Shape::kCsQueryOffset);  // [2][pair]
 
   ptx::launch_dependents();  // the next grid's CTAs may take SMs as this grid's leave
   const int work = blockIdx.x;
@@ -104,8 +115,14 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
   // Every global load that a cp.async address depends on is made one iteration before its use,
   // so no dependent load chain (tile -> page id -> address) stalls the issue.
   constexpr int S = Shape::kStages;
-  auto stream = TileStream<TQ, kTileCols, kDecodeThreads, S>::template for_head<kFp8 ? 2 : 1>(
-      p, kv_head, tile_end, tid, stage_base);
+  auto stream =
+      TileStream<TQ, kTileCols, kDecodeThreads, S, kTma, kTma>::template for_head<kFp8 ? 2 : 1>(
+          p, kv_head, tile_end, tid, stage_base);
+  if constexpr (kTma) {
+    stream.with_tma(p, kv_head, tid, ptx::smem_addr(sm + Shape::kBarOffset));
+    stream.init_barriers();
+    __syncthreads();
+  }
   // The records of the tile computed in this iteration and the next one (with the ring, only
   // for the first query). The raw-capable build without the ring keeps one more (`after`), so
   // that the look-ahead angles at the end of an iteration read a record two tiles ahead loaded
@@ -132,7 +149,7 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
   constexpr bool kRing = kRawTiles && S == 3;  // at D = 256 (two stages) it spilled
   constexpr int kAhead = 2 * S - 1;
   static_assert(kAhead < kRecordRing, "decode: record ring too small");
-  TileInfo* ring = reinterpret_cast<TileInfo*>(smem + Shape::kRecordOffset);
+  TileInfo* ring = reinterpret_cast<TileInfo*>(sm + Shape::kRecordOffset);
   auto ring_copy = [&](int t) {  // threads 0 and 1, a 16-byte half each
     if (tid < 2 && t < tile_end)
       ptx::cp_async_16(ptx::smem_addr(ring + t % kRecordRing) + 16 * tid,
@@ -311,15 +328,20 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
     __syncthreads();
   };
   // fp8: k-step kk's A fragments in the K fragments' dim order: a[0], a[2] take dims
-  // 16 kk + 4 t4 + {0, 1} and {2, 3} of row g (a[1], a[3] of row g + 8), one 8-byte load each.
+  // 16 kk + 4 t4 + {0, 1} and {2, 3} of row g (a[1], a[3] of row g + 8). Four 4-byte loads, not
+  // two 8-byte ones: a pair loaded together sits in two adjacent registers, (a[0], a[2]), and
+  // ptxas copied all four into a fresh quad (a[0] .. a[3]) before every MMA (64 moves per warp
+  // and tile in the local build, Nsight Compute on an H100).
   auto query_frag_fp8 = [&](std::uint32_t (&a)[4], const TQ* src, int kk) {
     const int chunk = 2 * kk + (t4 >> 1), within = (4 * t4) & 7;
-    const uint2 r0 = *reinterpret_cast<const uint2*>(src + swizzle<D>(g, chunk) + within);
-    const uint2 r1 = *reinterpret_cast<const uint2*>(src + swizzle<D>(g + 8, chunk) + within);
-    a[0] = r0.x;
-    a[1] = r1.x;
-    a[2] = r0.y;
-    a[3] = r1.y;
+    const std::uint32_t* r0 =
+        reinterpret_cast<const std::uint32_t*>(src + swizzle<D>(g, chunk) + within);
+    const std::uint32_t* r1 =
+        reinterpret_cast<const std::uint32_t*>(src + swizzle<D>(g + 8, chunk) + within);
+    a[0] = r0[0];
+    a[1] = r1[0];
+    a[2] = r0[1];
+    a[3] = r1[1];
   };
   // The query of buffer buf into the A fragments (registers up to D = 128).
   auto load_query = [&](int buf) {
@@ -386,7 +408,8 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
 
   for (int tile = tile_begin; tile < tile_end; ++tile) {
     const int it = tile - tile_begin;
-    ptx::cp_async_wait<S - 2>();
+    if constexpr (kTma) stream.wait(it % S, it / S);
+    else ptx::cp_async_wait<S - 2>();
     __syncthreads();
     TileInfo ti;
     if constexpr (kRing) {
@@ -415,7 +438,10 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
     const TQ* ks = stream.k_stage(it % S);
     const TQ* vs = stream.v_stage(it % S);
     // Element (row, 16-byte chunk) of a K or V tile in the loader's layout.
-    auto kv_offset = [](int row, int chunk) { return swizzle<kTileCols>(row, chunk); };
+    auto kv_offset = [](int row, int chunk) {
+      if constexpr (kTma) return blocked_swizzle<kTileCols, kDecodeTileKeys>(row, chunk);
+      else return swizzle<kTileCols>(row, chunk);
+    };
 
     // ---- S = Q K^T for this warp's 16 keys ----------------------------------------------------
     float sc[2][4];
@@ -578,11 +604,11 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
   }
 
   const int num_splits = p.sched.request_num_splits[b];
-  merge_warps_and_store<T, D, kFp8>(p, smem, acc, row_max, row_sum, num_splits,
+  merge_warps_and_store<T, D, kFp8>(p, sm, acc, row_max, row_sum, num_splits,
                                     p.sched.request_partial_offset[b] + split, kv_head, q_row0,
                                     v_scale);
   if (num_splits == 1) return;
-  merge_splits<T, D>(p, smem, b, num_splits, kv_head, q_row0);
+  merge_splits<T, D>(p, sm, b, num_splits, kv_head, q_row0);
 }
 
 }  // namespace lazyattn::cuda::detail

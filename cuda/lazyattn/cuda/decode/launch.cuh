@@ -17,6 +17,7 @@
 #include "lazyattn/cuda/dispatch.cuh"
 #include "lazyattn/cuda/launch_common.cuh"
 #include "lazyattn/cuda/support.hpp"
+#include "lazyattn/cuda/tma.cuh"
 
 namespace lazyattn::cuda {
 
@@ -134,21 +135,47 @@ inline void decode(const DecodeArgs& args, const DevicePool& pool, const DeviceP
     p.v_scale = pool.v_scales(args.layer);
   }
 
+  // The builds that read whole tiles by the TMA (detail::decode_tma: fp8 pools, whose code pairs
+  // the maps see as 16-bit columns) take maps of this layer's pages; pages under 8 keys, and
+  // drivers without tensor maps, gather every tile with cp.async (kv_tma = 0).
+  DecodeTmaParams pt;
+  if (detail::decode_tma(fp8, ap.head_dim)) {
+    static_cast<DecodeParams&>(pt) = p;
+    const PoolGeometry& geo = pool.geometry();
+    const int tile_cols = ap.head_dim / 2;
+    auto maps = [&](bool run) {
+      return detail::encode_page_map(run ? &pt.k_run_map : &pt.k_map, p.k_pool, tile_cols,
+                                     geo.page_size, geo.num_kv_heads, geo.num_pages, run) &&
+             detail::encode_page_map(run ? &pt.v_run_map : &pt.v_map, p.v_pool, tile_cols,
+                                     geo.page_size, geo.num_kv_heads, geo.num_pages, run);
+    };
+    pt.kv_tma = maps(false) ? 1 : 0;
+    pt.kv_tma_runs = pt.kv_tma && geo.page_size < 64 && maps(true) ? 1 : 0;
+  }
+
   dispatch_dtype(args.dtype, [&](auto tag) {
     using E = decltype(tag);
     if constexpr (!std::is_same_v<E, float>) {
       using T = device_type_t<E>;
       dispatch_head_dim(ap.head_dim, w, [&](auto dc) {
         constexpr int D = decltype(dc)::value;
-        auto launch = [&](auto kernel, int smem_bytes) {
+        // A build's parameters: DecodeTmaParams (pt) for the TMA builds, else p.
+        auto launch_with = [&](auto kernel, int smem_bytes, const auto& params) {
           prepare_kernel(kernel, smem_bytes);
           dim3 grid(static_cast<unsigned>(sv.num_work), static_cast<unsigned>(ap.num_kv_heads));
           if (args.pdl) {
-            launch_overlapping(kernel, grid, dim3(detail::kDecodeThreads), smem_bytes, stream, p);
+            launch_overlapping(kernel, grid, dim3(detail::kDecodeThreads), smem_bytes, stream,
+                               params);
           } else {
-            kernel<<<grid, detail::kDecodeThreads, smem_bytes, stream>>>(p);
+            kernel<<<grid, detail::kDecodeThreads, smem_bytes, stream>>>(params);
           }
           LAZYATTN_CUDA_CHECK_LAUNCH();
+        };
+        auto launch = [&](auto kernel, int smem_bytes) {
+          if constexpr (std::is_same_v<decltype(kernel), void (*)(DecodeTmaParams)>)
+            launch_with(kernel, smem_bytes, pt);
+          else
+            launch_with(kernel, smem_bytes, p);
         };
         constexpr int kSmem = detail::DecodeShape<D>::kSmemBytes;
         if (fp8) {

@@ -2,9 +2,11 @@
 // the GQA group's query heads as the 16 rows of the MMA's A operand, a ring of K/V stages.
 #pragma once
 
+#include <cuda.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "lazyattn/cuda/device_rope.cuh"
 #include "lazyattn/cuda/kv_tile.cuh"
@@ -43,6 +45,23 @@ struct DecodeParams {
   const float* v_scale = nullptr;
 };
 
+// The parameters of the builds that read whole tiles by the TMA (detail::decode_tma): the tensor
+// maps beside the rest (apart, so that the other builds' parameters stay as they were: with the
+// maps' 64-byte alignment in them, their PTX read the parameters differently).
+struct DecodeTmaParams : DecodeParams {
+  // 1 where the launch made maps of this layer's K and V pages (detail::encode_page_map, fp8
+  // codes as 16-bit pairs); 0: every tile gathered with cp.async (pages under 8 keys, drivers
+  // without tensor maps).
+  std::int32_t kv_tma = 0;
+  // 1: also maps whose boxes span 64 / page_size pages that follow one another in the pool
+  // (encode_page_map's run form, pages under 64 keys), for tiles whose pages are consecutive.
+  std::int32_t kv_tma_runs = 0;
+  CUtensorMap k_map{};
+  CUtensorMap v_map{};
+  CUtensorMap k_run_map{};
+  CUtensorMap v_run_map{};
+};
+
 namespace detail {
 
 // Four consecutive outputs (dst need be aligned only as T: o is the caller's tensor).
@@ -60,6 +79,19 @@ inline constexpr int kDecodeTileKeys = kTileKeys;  // 16 keys per warp
 inline constexpr int kRows = kMaxDecodeGroup;  // query rows of the mma A operand
 
 inline constexpr int kRecordRing = 8;  // slots of the raw-capable build's record ring
+
+// The builds that read whole tiles by the TMA: fp8 pools at head dims 128 and 256, whose tiles of
+// code pairs (D / 2 16-bit columns) are one or two 128-byte-swizzled boxes wide. The loader
+// (TileStream's kTma) takes 16-bit tiles of 64 or 128 columns too, but on an H100 the 16-bit
+// builds ran 1-3% slower with it (memory-bound there; docs/performance.md, "Whole tiles by the
+// TMA"), so they keep the gather until an H200, where the raw build is issue-bound, says
+// otherwise; at head dim 64 an fp8 row is 32 columns, under a box.
+__host__ __device__ constexpr bool decode_tma(bool fp8, int head_dim) {
+  return fp8 && (head_dim == 128 || head_dim == 256);
+}
+// The parameter struct of a build.
+template <bool kFp8, int D>
+using DecodeKernelParams = std::conditional_t<decode_tma(kFp8, D), DecodeTmaParams, DecodeParams>;
 
 template <int D>
 struct DecodeShape {
@@ -81,7 +113,11 @@ struct DecodeShape {
   static constexpr int kCsQueryOffset = kQRotOffset + 2 * kRows * D * 2;  // [2][D / 2] float2
   // The raw-capable build's ring of tile records (decode/kernel.cuh), 16-byte aligned.
   static constexpr int kRecordOffset = kCsQueryOffset + 2 * (D / 2) * 8;
-  static constexpr int kSmemBytes = kRecordOffset + kRecordRing * static_cast<int>(sizeof(TileInfo));
+  // The stages' mbarriers (the TMA builds), then room to start the stages at a 1024-byte
+  // boundary (the 128-byte swizzle's period, which the TMA's writes follow from the address).
+  static constexpr int kBarOffset = kRecordOffset + kRecordRing * static_cast<int>(sizeof(TileInfo));
+  static constexpr int kAlign = 1024;
+  static constexpr int kSmemBytes = kBarOffset + kStages * 8 + kAlign;
   // Two CTAs per multiprocessor (228 KiB, 1 KiB reserved per CTA) up to D = 128.
   static_assert(D > 128 || kSmemBytes <= 113 * 1024, "decode: shared memory too large for 2 CTAs/SM");
 };
