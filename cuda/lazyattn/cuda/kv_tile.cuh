@@ -60,7 +60,8 @@ struct TileStream {
   static constexpr int kTileElems = kTileKeys * D;
   static constexpr int kStageBytes = 2 * kTileElems * static_cast<int>(sizeof(T));
   static_assert(kThreads % kChunks == 0 && kTileKeys % kRowsPerPass == 0, "tile loader shape");
-  static_assert(!kTma || (kBlocked && (D == 64 || D == 128)), "TMA tiles: blocked, 64 or 128 columns");
+  static_assert(!kTma || (kBlocked && (D == 64 || D == 128)),
+                "TMA tiles: the blocked layout, 64 or 128 columns");
   static constexpr int kColBlocks = D / 64;  // TMA boxes per page and tensor
 
   const TileInfo* tiles;
@@ -159,15 +160,18 @@ struct TileStream {
   }
   // Boxes of a whole tile: (64 / box rows) pages' worth times kColBlocks.
   __device__ int box_rows_log2() const { return page_log2 < 6 ? page_log2 : 6; }
-  // What issuing `ti` needs of the page table: this thread's box's page (TMA tile) or its rows'.
+  // What issuing `ti` needs of the page table: this thread's box's page (TMA tile) or its rows'
+  // (fetch_pages; always without kTma).
   __device__ void fetch(const TileInfo& ti, int (&pg)[kRowsPerThread], int& box_page) const {
-    if (by_tma(ti)) {
-      const int boxes = (kTileKeys >> box_rows_log2()) * kColBlocks;
-      box_page = tid < boxes ? page_ids[ti.page_base + (ti.key0 >> page_log2) + tid / kColBlocks]
-                             : 0;
-    } else {
-      fetch_pages(ti, pg);
+    if constexpr (kTma) {
+      if (by_tma(ti)) {
+        const int boxes = (kTileKeys >> box_rows_log2()) * kColBlocks;
+        box_page =
+            tid < boxes ? page_ids[ti.page_base + (ti.key0 >> page_log2) + tid / kColBlocks] : 0;
+        return;
+      }
     }
+    fetch_pages(ti, pg);
   }
 
   // Copies one tile of `src` (this head's K or V base) into `dst`. Rows past the tile's keys are
@@ -192,42 +196,49 @@ struct TileStream {
     issue_one(v, ti, pg, v_stage(stage));
   }
 
-  // kTma: issues `ti` into `stage` by the TMA (box_page: this thread's box's) or the gather; the
-  // stage's arrival follows (arrive(), after any copies the caller adds to it).
-  __device__ void issue_tma(const TileInfo& ti, const int (&pg)[kRowsPerThread], int box_page,
+  // Issues `ti` into `stage` by the TMA (box_page: this thread's box's) or the gather (issue();
+  // always without kTma). kTma: the stage's arrival follows (arrive(), after any copies the
+  // caller adds to it).
+  __device__ void issue_tile(const TileInfo& ti, const int (&pg)[kRowsPerThread], int box_page,
                             int stage) const {
-    if (by_tma(ti)) {
-      const std::uint32_t bar = full_bars + 8u * stage;
-      const int rows_log2 = box_rows_log2();
-      const int boxes = (kTileKeys >> rows_log2) * kColBlocks;
-      if (tid == 0) ptx::mbarrier_expect_tx(bar, kStageBytes);
-      if (tid >= 32) return;  // warp 0 issues
-      // The tile's pages follow one another in the pool (a document's, as the store allocates
-      // them): one box of 64 rows per 64 columns, from the run maps.
-      if (k_run_map != nullptr && rows_log2 < 6) {
-        const int page0 = __shfl_sync(0xffffffffu, box_page, 0);
-        if (__all_sync(0xffffffffu, tid >= boxes || box_page == page0 + tid / kColBlocks)) {
-          if (tid < kColBlocks) {
-            const int at = tid * (kTileKeys * 64);
-            ptx::tma_load_4d(ptx::smem_addr(k_stage(stage) + at), k_run_map, bar, 64 * tid, 0,
-                             kv_head, page0);
-            ptx::tma_load_4d(ptx::smem_addr(v_stage(stage) + at), v_run_map, bar, 64 * tid, 0,
-                             kv_head, page0);
-          }
-          return;
+    if constexpr (kTma) {
+      if (by_tma(ti)) {
+        issue_boxes(ti, box_page, stage);
+        return;
+      }
+    }
+    issue(ti, pg, stage);
+  }
+  // A whole tile's boxes (kTma), issued by warp 0; thread 0 expects their bytes on the stage.
+  __device__ void issue_boxes(const TileInfo& ti, int box_page, int stage) const {
+    const std::uint32_t bar = full_bars + 8u * stage;
+    const int rows_log2 = box_rows_log2();
+    const int boxes = (kTileKeys >> rows_log2) * kColBlocks;
+    if (tid == 0) ptx::mbarrier_expect_tx(bar, kStageBytes);
+    if (tid >= 32) return;  // warp 0 issues
+    // The tile's pages follow one another in the pool (a document's, as the store allocates
+    // them): one box of 64 rows per 64 columns, from the run maps.
+    if (k_run_map != nullptr && rows_log2 < 6) {
+      const int page0 = __shfl_sync(0xffffffffu, box_page, 0);
+      if (__all_sync(0xffffffffu, tid >= boxes || box_page == page0 + tid / kColBlocks)) {
+        if (tid < kColBlocks) {
+          const int at = tid * (kTileKeys * 64);
+          ptx::tma_load_4d(ptx::smem_addr(k_stage(stage) + at), k_run_map, bar, 64 * tid, 0,
+                           kv_head, page0);
+          ptx::tma_load_4d(ptx::smem_addr(v_stage(stage) + at), v_run_map, bar, 64 * tid, 0,
+                           kv_head, page0);
         }
+        return;
       }
-      if (tid < boxes) {
-        const int col_block = tid % kColBlocks, page_in = tid / kColBlocks;
-        const int at = col_block * (kTileKeys * 64) + (page_in << rows_log2) * 64;
-        const int slot0 = ti.key0 & ((1 << page_log2) - 1);  // 0 unless a page holds several tiles
-        ptx::tma_load_4d(ptx::smem_addr(k_stage(stage) + at), k_map, bar, 64 * col_block, slot0,
-                         kv_head, box_page);
-        ptx::tma_load_4d(ptx::smem_addr(v_stage(stage) + at), v_map, bar, 64 * col_block, slot0,
-                         kv_head, box_page);
-      }
-    } else {
-      issue(ti, pg, stage);
+    }
+    if (tid < boxes) {
+      const int col_block = tid % kColBlocks, page_in = tid / kColBlocks;
+      const int at = col_block * (kTileKeys * 64) + (page_in << rows_log2) * 64;
+      const int slot0 = ti.key0 & ((1 << page_log2) - 1);  // 0 unless a page holds several tiles
+      ptx::tma_load_4d(ptx::smem_addr(k_stage(stage) + at), k_map, bar, 64 * col_block, slot0,
+                       kv_head, box_page);
+      ptx::tma_load_4d(ptx::smem_addr(v_stage(stage) + at), v_map, bar, 64 * col_block, slot0,
+                       kv_head, box_page);
     }
   }
   // This thread's arrival on `stage`'s mbarrier, once its cp.async copies so far have landed.
@@ -249,48 +260,36 @@ struct TileStream {
   __device__ void start(int begin, BeforeIssue&& before_issue) {
     TileInfo ti[S - 1];
     int pg[S - 1][kRowsPerThread];
-    [[maybe_unused]] int bp[S - 1];
+    int bp[S - 1];
 #pragma unroll
     for (int s = 0; s < S - 1; ++s) {
       ti[s] = info(begin + s);
-      if constexpr (kTma) fetch(ti[s], pg[s], bp[s]);
-      else fetch_pages(ti[s], pg[s]);
+      fetch(ti[s], pg[s], bp[s]);
     }
     before_issue();
 #pragma unroll
     for (int s = 0; s < S - 1; ++s) {
-      if constexpr (kTma) {
-        if (begin + s < tile_end) {
-          issue_tma(ti[s], pg[s], bp[s], s);
-          arrive(s);
-        }
-      } else {
-        if (begin + s < tile_end) issue(ti[s], pg[s], s);
-        ptx::cp_async_commit();
+      if (begin + s < tile_end) {
+        issue_tile(ti[s], pg[s], bp[s], s);
+        if constexpr (kTma) arrive(s);
       }
+      if constexpr (!kTma) ptx::cp_async_commit();
     }
     issue_info = info(begin + S - 1);
-    if constexpr (kTma) fetch(issue_info, issue_pages, issue_box_page);
-    else fetch_pages(issue_info, issue_pages);
+    fetch(issue_info, issue_pages, issue_box_page);
     ahead_info = info(begin + S);
   }
 
   // At iteration `it` (tile `tile` = begin + it, already waited for): issues tile + S - 1 into the
   // stage tile `tile - 1` used, commits, and fetches ahead.
   __device__ void step(int tile, int it) {
-    if constexpr (kTma) {
-      if (tile + S - 1 < tile_end) {
-        issue_tma(issue_info, issue_pages, issue_box_page, (it + S - 1) % S);
-        arrive((it + S - 1) % S);
-      }
-      issue_info = ahead_info;
-      fetch(issue_info, issue_pages, issue_box_page);
-    } else {
-      if (tile + S - 1 < tile_end) issue(issue_info, issue_pages, (it + S - 1) % S);
-      ptx::cp_async_commit();
-      issue_info = ahead_info;
-      fetch_pages(issue_info, issue_pages);
+    if (tile + S - 1 < tile_end) {
+      issue_tile(issue_info, issue_pages, issue_box_page, (it + S - 1) % S);
+      if constexpr (kTma) arrive((it + S - 1) % S);
     }
+    if constexpr (!kTma) ptx::cp_async_commit();
+    issue_info = ahead_info;
+    fetch(issue_info, issue_pages, issue_box_page);
     ahead_info = info(tile + S + 1);
   }
 
@@ -304,17 +303,16 @@ struct TileStream {
                             Also&& also) {
     if constexpr (kTma) {
       if (tile + S - 1 < tile_end) {
-        issue_tma(issuing, issue_pages, issue_box_page, (it + S - 1) % S);
+        issue_tile(issuing, issue_pages, issue_box_page, (it + S - 1) % S);
         also();
         arrive((it + S - 1) % S);
       }
-      fetch(following, issue_pages, issue_box_page);
     } else {
       if (tile + S - 1 < tile_end) issue(issuing, issue_pages, (it + S - 1) % S);
       also();
       ptx::cp_async_commit();
-      fetch_pages(following, issue_pages);
     }
+    fetch(following, issue_pages, issue_box_page);
   }
 
   // info() without a branch (callers have tile_end > 0): past the end, the last tile's record

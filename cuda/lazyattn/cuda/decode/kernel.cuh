@@ -474,34 +474,14 @@ __global__ void __launch_bounds__(kDecodeThreads, 2)
           };
           scores_raw_fp8<D>(sc, key_cs, load_k2, q_frag, rotary, interleaved);
         }
-      } else {
-#pragma unroll
-        for (int k2 = 0; k2 < Shape::kKSteps / 2; ++k2) {
-          std::uint32_t kr[4];
+      } else {  // k-steps 2 k2 (matrices 0, 1) and 2 k2 + 1 (2, 3)
+        scores_fp8<D>(sc, [&](std::uint32_t (&kr)[4], int k2) {
           ptx::ldmatrix_x4(kr, ptx::smem_addr(ks + kv_offset(row, 2 * k2 + (mi >> 1))));
-#pragma unroll
-          for (int j = 0; j < 2; ++j) {
-            std::uint32_t a[4];
-            q_frag(a, 2 * k2 + j);
-#pragma unroll
-            for (int nt = 0; nt < 2; ++nt) {
-              const std::uint32_t r = kr[nt + 2 * j];
-              ptx::mma_16816<TQ>(sc[nt], a, ptx::e4m3x2_to_half2(r),
-                                 ptx::e4m3x2_to_half2(r >> 16));
-            }
-          }
-        }
+        }, q_frag);
       }
       // K's scale multiplies the scores inside the softmax (online_softmax_row's score_scale).
     } else if (!raw) {
-#pragma unroll
-      for (int kk = 0; kk < Shape::kKSteps; ++kk) {
-        std::uint32_t kb[4], a[4];
-        load_k(kb, kk);
-        q_frag(a, kk);
-        ptx::mma_16816<TQ>(sc[0], a, kb[0], kb[1]);
-        ptx::mma_16816<TQ>(sc[1], a, kb[2], kb[3]);
-      }
+      scores_rotated<TQ, D>(sc, load_k, q_frag);
     } else if constexpr (kRope && kRawTiles) {
       scores_raw<T, D, kPackedRot>(sc, key_cs, load_k, q_frag, rotary, interleaved);
     }

@@ -159,6 +159,30 @@ __device__ __forceinline__ void scores_rotated(float (&sc)[2][4], LoadK&& load_k
   }
 }
 
+// S of fp8 keys stored rotated (decode/kernel.cuh): load_k2(kr, k2) brings k-steps 2 k2 and
+// 2 k2 + 1 of the warp's keys as e4m3 codes in one ldmatrix.x4 (a register: dims 4 t4 ..
+// 4 t4 + 3 of one key, the order fragment(a, kk) gives the query in), converted to half pairs
+// for the MMA.
+template <int D, class LoadK2, class Fragment>
+__device__ __forceinline__ void scores_fp8(float (&sc)[2][4], LoadK2&& load_k2,
+                                           Fragment&& fragment) {
+#pragma unroll
+  for (int k2 = 0; k2 < DecodeShape<D>::kKSteps / 2; ++k2) {
+    std::uint32_t kr[4];
+    load_k2(kr, k2);
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      std::uint32_t a[4];
+      fragment(a, 2 * k2 + j);
+#pragma unroll
+      for (int nt = 0; nt < 2; ++nt) {
+        const std::uint32_t r = kr[nt + 2 * j];
+        ptx::mma_16816<__half>(sc[nt], a, ptx::e4m3x2_to_half2(r), ptx::e4m3x2_to_half2(r >> 16));
+      }
+    }
+  }
+}
+
 // Rotates the pairs (x_reg's halves, y_reg's halves) by c0, c1: dims j, j + 1 of a rotate-half
 // first half and their partners.
 template <class T>
