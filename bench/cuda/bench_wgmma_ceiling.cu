@@ -8,8 +8,8 @@
 //                   P V as 4 x m64n128k16 (P from registers)
 //   keys128_ss      FlashAttention-3's hdim-128 shape: per 128 keys, S as 8 x m64n128k16 with the
 //                   query from shared memory, P V as 8 x m64n128k16
-//   /mma            the wgmmas alone (P repacked from S); /softmax adds the online softmax the
-//                   kernel runs (row maxima over the quad, exp2, sums, O rescaled)
+//   /mma            the wgmmas alone (P repacked from S); /softmax adds the kernel's online
+//                   softmax (online_softmax_row) and O's rescale, every step
 //   /pingpong       the two computing warpgroups take turns issuing (two named barriers), as the
 //                   kernel does; /solo each issues when ready
 // The same query rows per CTA (128, two warpgroups of 64) and 16384 keys per warpgroup; FLOPs
@@ -22,12 +22,14 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <cmath>
 #include <cstdint>
 #include <string>
 
 #include "event_timer.hpp"
 #include "lazyattn/cuda/common.cuh"
 #include "lazyattn/cuda/ptx.cuh"
+#include "lazyattn/cuda/softmax.cuh"
 #include "lazyattn/cuda/wgmma.cuh"
 
 namespace {
@@ -71,7 +73,7 @@ __global__ void __launch_bounds__(384, 1) tile_loop_kernel(float* sink) {
   for (int kv = 0; kv < kStep / 16; ++kv)
 #pragma unroll
     for (int r = 0; r < 4; ++r) pa[kv][r] = 0x3a803a80u;
-  float row_max[2] = {0.0f, 0.0f}, row_sum[2] = {0.0f, 0.0f};
+  float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.0f, 0.0f};
   if (kPingPong && wg == 1) ptx::named_barrier_arrive<5, 256>();  // warpgroup 0 goes first
   for (int step = 0; step < kKeys / kStep; ++step) {
     if (kPingPong) {
@@ -106,31 +108,17 @@ __global__ void __launch_bounds__(384, 1) tile_loop_kernel(float* sink) {
     ptx::wgmma_wait<1>();  // S landed; P V still running
     ptx::fence_operands(s);
     float scale[2] = {1.0f, 1.0f};
-    if constexpr (kSoftmax) {
+    if constexpr (kSoftmax) {  // the kernel's online softmax (softmax.cuh) over the step's keys
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        float mx = row_max[h];
-#pragma unroll
-        for (int n = 0; n < kS / 4; ++n)
-          mx = fmaxf(mx, fmaxf(s[4 * n + 2 * h], s[4 * n + 2 * h + 1]));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-        scale[h] = exp2f(row_max[h] - mx);
-        row_max[h] = mx;
-        float sum = 0.0f;
-#pragma unroll
-        for (int n = 0; n < kS / 4; ++n)
-#pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            float& x = s[4 * n + 2 * h + e];
-            x = exp2f(x - mx);
-            sum += x;
-          }
-        row_sum[h] = row_sum[h] * scale[h] + sum;
-      }
+      for (int h = 0; h < 2; ++h)
+        scale[h] = detail::online_softmax_row<kS / 4>(
+            [&](int n, int e) -> float& { return s[4 * n + 2 * h + e]; }, row_max[h], row_sum[h]);
     }
     ptx::wgmma_wait<0>();
     ptx::fence_operands(o);
+    // O rescaled every step, as the kernel's build over fp8 scratch tiles does at head dim 128
+    // (here the conditional form, warp_needs_rescale's branch, made ptxas serialize the 64-key
+    // ping-pong loop's wgmmas: C7520).
     if constexpr (kSoftmax) {
 #pragma unroll
       for (int i = 0; i < 64; ++i) o[i] *= scale[(i >> 1) & 1];
