@@ -63,6 +63,14 @@ inline bool encode_page_map(CUtensorMap* map, const void* layer_base, int head_d
   return encode_16bit_map(map, layer_base, 4, dims, strides, box);
 }
 
+// A layer's K and V maps (or run maps) of encode_page_map: false where either cannot be made.
+inline bool encode_kv_page_maps(CUtensorMap* k_map, CUtensorMap* v_map, const void* k_base,
+                                const void* v_base, int head_dim, int page_size, int num_kv_heads,
+                                std::int64_t num_pages, bool run = false) {
+  return encode_page_map(k_map, k_base, head_dim, page_size, num_kv_heads, num_pages, run) &&
+         encode_page_map(v_map, v_base, head_dim, page_size, num_kv_heads, num_pages, run);
+}
+
 // A map of the tile scratch (PrefillParams::tile_k: `rows` rows of head_dim 16-bit elements from
 // `base`), read in boxes of 64 columns x 64 rows (one tile of one KV head) into the same
 // swizzled layout. Coordinates: (column, row). False where it cannot be made (rows past int32).

@@ -144,10 +144,10 @@ inline void decode(const DecodeArgs& args, const DevicePool& pool, const DeviceP
     const PoolGeometry& geo = pool.geometry();
     const int tile_cols = ap.head_dim / 2;
     auto maps = [&](bool run) {
-      return detail::encode_page_map(run ? &pt.k_run_map : &pt.k_map, p.k_pool, tile_cols,
-                                     geo.page_size, geo.num_kv_heads, geo.num_pages, run) &&
-             detail::encode_page_map(run ? &pt.v_run_map : &pt.v_map, p.v_pool, tile_cols,
-                                     geo.page_size, geo.num_kv_heads, geo.num_pages, run);
+      return detail::encode_kv_page_maps(run ? &pt.k_run_map : &pt.k_map,
+                                         run ? &pt.v_run_map : &pt.v_map, p.k_pool, p.v_pool,
+                                         tile_cols, geo.page_size, geo.num_kv_heads,
+                                         geo.num_pages, run);
     };
     pt.kv_tma = maps(false) ? 1 : 0;
     pt.kv_tma_runs = pt.kv_tma && geo.page_size < 64 && maps(true) ? 1 : 0;

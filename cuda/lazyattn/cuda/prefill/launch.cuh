@@ -240,10 +240,10 @@ inline void prefill(const PrefillArgs& args, const DevicePool& pool, const Devic
   if (wgmma && !fp8 && ap.head_dim != 256) {
     const PoolGeometry& geo = pool.geometry();
     auto maps = [&](bool run) {
-      return detail::encode_page_map(run ? &p.k_run_map : &p.k_map, p.k_pool, geo.head_dim,
-                                     geo.page_size, geo.num_kv_heads, geo.num_pages, run) &&
-             detail::encode_page_map(run ? &p.v_run_map : &p.v_map, p.v_pool, geo.head_dim,
-                                     geo.page_size, geo.num_kv_heads, geo.num_pages, run);
+      return detail::encode_kv_page_maps(run ? &p.k_run_map : &p.k_map,
+                                         run ? &p.v_run_map : &p.v_map, p.k_pool, p.v_pool,
+                                         geo.head_dim, geo.page_size, geo.num_kv_heads,
+                                         geo.num_pages, run);
     };
     // Run maps for the paged builds that read them (the raw builds at the same head dim get
     // them too: which build runs is chosen below).
