@@ -330,6 +330,26 @@ TEST_CASE("the wgmma prefill kernel on requests of more segments than its table 
   }
 }
 
+// The local form's rotate-half build at head dim 64 keeps a table of the segments' query
+// rotations too (a pair per entry, 64 segments) and builds the next run's query under the wgmmas
+// of a run's last tile: CTAs whose tiles span 64 segments (63 documents and the tail) take the
+// table, 71 the rebuild between runs.
+TEST_CASE("the wgmma prefill kernel at head dim 64 on more segments than its rotate-half table holds",
+          "[cuda][prefill][hopper]") {
+  int i = 0;
+  for (int docs : {63, 70}) {
+    ScenarioSpec spec = wgmma_rag_spec(i % 2 ? 129 : 40, 16, 64);
+    spec.doc_lengths = {1, 16, 17, 40, 65};
+    spec.docs_per_request = docs;
+    spec.seed = 800 + static_cast<std::uint64_t>(i++);
+    test::ref::Scenario sc = test::ref::make_scenario(spec);
+    for (const RequestLayout& r : sc.layouts)
+      REQUIRE(r.segments.size() >= static_cast<std::size_t>(docs) + 1);
+    INFO(spec << "\n" << sc.layout_text);
+    check_prefill(sc);
+  }
+}
+
 TEST_CASE("prefill matches the float64 reference within 2x the eager error", "[cuda][prefill]") {
   const int kCases = std::max(1, test::options().cuda_cases / 2);
   for (int c = 0; c < kCases; ++c) {

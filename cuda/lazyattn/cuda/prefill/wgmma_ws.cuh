@@ -16,8 +16,9 @@
 //    query elements to their absolute positions m (R(m) q, scaled, fp32) into shared memory; a
 //    segment starting at s then needs R(m - s) q = R(-s) (R(m) q): one cos/sin per rotary pair,
 //    the same for every row, and one rounding to 16 bits. A new segment's query is built
-//    between the loops over two segments' tiles (no wgmma in flight), so the loop over a
-//    segment's tiles has no RoPE code. kOneSeg (the launcher picks it when every request has at
+//    between the loops over two segments' tiles (no wgmma in flight; at head dim 64 in the
+//    local form under the previous segment's last tile's wgmmas), so the loop over a segment's
+//    tiles has no RoPE code. kOneSeg (the launcher picks it when every request has at
 //    most one segment and none is raw: document encodings, chunks of a tail without documents;
 //    every rotary layout) rotates the query once, straight to R(m - s), and compiles the
 //    rebuild out. Each thread holds both members of every pair it rotates in all layouts
@@ -192,16 +193,26 @@ __global__ void __launch_bounds__(kWgmmaWsThreads, 1)
     }
   };
   // The CTA's segments are consecutive (one request's), seg0 the first tile's. In the builds
-  // of the other rotary layouts (kSegTable), when the CTA's tiles span at most kSegTableRows
-  // segments, the prologue computes every segment's R(-s) once for both warpgroups (seg_table)
-  // and a rebuild between two runs only rotates the query; otherwise each rebuild computes its
-  // segment's into the warpgroup's row between two warpgroup barriers (rows 0 and 1 of the same
-  // space). A/B on the H200 (two rounds, every prefill shape at head dims 128 and 64): with the
-  // table, the raw build of these layouts ran 0.1-3% faster at every shape; the rotate-half
-  // builds moved -1.5% to +2.4% (the raw encodings at head dim 64 +2%: the prologue's extra
-  // loads of the segments' starts), so they keep computing per rebuild.
-  constexpr bool kSegTable = kAnyRotary && !kOneSeg;
-  constexpr int kSegTableRows = (D / 16) * kThreads * 16 / (D * 8);  // 32 rows of D dims
+  // with a table (kSegTable), when the CTA's tiles span at most kSegTableRows segments, the
+  // prologue computes every segment's R(-s) once for both warpgroups (seg_table: per dim in the
+  // other rotary layouts, per pair in rotate-half) and a rebuild between two runs only rotates
+  // the query; otherwise each rebuild computes its segment's into the warpgroup's row between
+  // two warpgroup barriers (rows 0 and 1 of the same space in the other layouts, cs_seg in
+  // rotate-half). A/B on the H200 (two rounds, every prefill shape at head dims 128 and 64):
+  // with the table, the raw build of the other layouts ran 0.1-3% faster at every shape; the
+  // rotate-half builds moved -1.5% to +2.4%, so they compute per rebuild, except where the
+  // rebuild overlaps:
+  // kOverlapRebuild (the local-form rotate-half build over pages at head dim 64): the next run's
+  // query is rotated into qf_next under the wgmmas of the run's last tile, which read qf, and
+  // copied into qf when the run begins. A/B on the H100 (five rounds in two calls): its RAG tail
+  // 0.966-0.995x the time, every other build the same PTX. Over every build over segments at
+  // head dims 64 and 128 it ran 1.03-1.16x (docs/performance.md, "The next segment's query under
+  // the last tile's wgmmas"), so it stays in this one.
+  constexpr bool kOverlapRebuild =
+      kRope && !kOneSeg && !kAnyRotary && kKv == KvTiles::kPages && D == 64;
+  constexpr bool kSegTable = (kAnyRotary && !kOneSeg) || kOverlapRebuild;
+  constexpr int kSegRow = kAnyRotary ? D : kHalf;  // a table row's float2 entries
+  constexpr int kSegTableRows = (D / 16) * kThreads * 16 / (kSegRow * 8);  // 32 or 64
   [[maybe_unused]] int seg0 = 0;
   [[maybe_unused]] bool use_table = false;
   // The warpgroup's row where the table does not hold the CTA's segments.
@@ -284,7 +295,8 @@ __global__ void __launch_bounds__(kWgmmaWsThreads, 1)
         const std::int64_t start = rotation_start(
             static_cast<StorageForm>(p.plan.segment_form[seg]), p.plan.segment_start[seg]);
         const float2 c = rope_cos_sin(-start, s_turns[i % kHalf]);
-        store_pair_dims(seg_table + (i / kHalf) * D, i % kHalf, c);
+        if constexpr (kAnyRotary) store_pair_dims(seg_table + (i / kHalf) * D, i % kHalf, c);
+        else seg_table[i] = c;  // row i / kHalf, pair i % kHalf
       }
       store_pass_dims(seg_table, nseg);
     } else {
@@ -351,11 +363,16 @@ __global__ void __launch_bounds__(kWgmmaWsThreads, 1)
   };
   // qf = R(-s) (R(m) q) for the segment whose cos/sin are at cs (kRope only). Reads this
   // thread's own q_pre entries: no barrier with the prologue.
-  auto build_query = [&](const float2* cs) {
+  // dst: qf, or qf_next (the next run's query, built under the last tile's wgmmas).
+  auto build_query_to = [&](auto& dst, const float2* cs) {
     if constexpr (kQSmem) return;  // no fragments (build_query_tile); the body must compile
-    else if constexpr (full_half) wgmma_segment_query<T, D>(qf, q_pre, cs, t4, tid);
-    else wgmma_segment_query_any<T, D>(qf, q_pre, cs, t4, tid, p.rope.rotary_dim, interleaved);
+    else if constexpr (full_half) wgmma_segment_query<T, D>(dst, q_pre, cs, t4, tid);
+    else wgmma_segment_query_any<T, D>(dst, q_pre, cs, t4, tid, p.rope.rotary_dim, interleaved);
   };
+  auto build_query = [&](const float2* cs) { build_query_to(qf, cs); };
+  // The next run's query (kOverlapRebuild, where the table holds its segment): copied into qf
+  // once the last tile's wgmmas are done.
+  [[maybe_unused]] std::uint32_t qf_next[kQSmem ? 1 : KSteps][4];
   // S = Q K^T for this warpgroup's 64 rows against the tile in ring stage `stage` (issued, not
   // waited for).
   auto issue_qk = [&](float (&s)[32], int stage) {
@@ -470,7 +487,7 @@ __global__ void __launch_bounds__(kWgmmaWsThreads, 1)
     if constexpr (kQSmem) {
       build_query_tile(seg_start);
     } else {
-      const float2* cs = seg_table + (segment - seg0) * D;
+      const float2* cs = seg_table + (segment - seg0) * kSegRow;
       if (!kSegTable || !use_table) {
         wg_barrier();  // the last build's reads of the buffer are done (warpgroup 0 passes no
                        // CTA barrier between the prologue's build and the first run)
@@ -532,17 +549,29 @@ __global__ void __launch_bounds__(kWgmmaWsThreads, 1)
     // query. The loop over a run has no RoPE code and counts to a bound known at its start (a
     // per-tile segment test in the loop is slower per tile).
     int tile = tile_begin + 1, it = 1;
+    [[maybe_unused]] bool prepared = false;  // qf_next holds the query of ti_run's segment
     while (tile < tile_end) {
       int run_end = tile_end;
       if (kRope && !kOneSeg) {
         const TileInfo& rec = ti_run;  // tile's
         const int seg_length = p.plan.segment_length[rec.segment];  // lands during the rebuild
-        if (rec.seg_start != q_seg_start) rebuild_query(rec.seg_start, rec.segment);
+        if (kOverlapRebuild && prepared) {  // built under the last run's last tile
+#pragma unroll
+          for (int kk = 0; kk < (kQSmem ? 0 : KSteps); ++kk)
+#pragma unroll
+            for (int r = 0; r < 4; ++r) qf[kk][r] = qf_next[kk][r];
+          q_seg_start = rec.seg_start;
+          prepared = false;
+        } else if (rec.seg_start != q_seg_start) {
+          rebuild_query(rec.seg_start, rec.segment);
+        }
         run_end = min(tile_end, tile + (seg_length - rec.key0 + kTileKeys - 1) / kTileKeys);
         ti_run = stream.info_nb(run_end);  // lands under this run
       }
-      // One tile of the run; `masked` as softmax's.
-      auto tile_step = [&](auto masked) {
+      // One tile of the run; `masked` as softmax's. `prep` (the run's last tile, another run
+      // after it, its segment in the table): the next run's query into qf_next under this
+      // tile's wgmmas (their A operand is qf, which it leaves alone).
+      auto tile_step = [&](auto masked, auto prep) {
         wait_full(it);
         r_cur = r_next;
         r_next = r_n2;
@@ -552,6 +581,8 @@ __global__ void __launch_bounds__(kWgmmaWsThreads, 1)
         issue_qk(s, it % S);
         issue_pv((it - 1) % S);
         pass_turn(late);
+        if constexpr (decltype(prep)::value)
+          build_query_to(qf_next, seg_table + (ti_run.segment - seg0) * kSegRow);
         ptx::wgmma_wait<1>();
         ptx::fence_operands(s);
         softmax(r_cur, scale, masked);
@@ -569,8 +600,16 @@ __global__ void __launch_bounds__(kWgmmaWsThreads, 1)
         // body, and nothing is in flight at this branch.
         const bool whole = r_next.rows == kTileKeys &&
                            (!r_next.is_tail || r_next.key0 + kTileKeys - 1 <= first_visible);
-        if (whole) tile_step(std::false_type{});
-        else tile_step(std::true_type{});
+        if constexpr (kOverlapRebuild) {
+          if (use_table && tile + 1 == run_end && run_end < tile_end) {
+            prepared = true;
+            if (whole) tile_step(std::false_type{}, std::true_type{});
+            else tile_step(std::true_type{}, std::true_type{});
+            continue;
+          }
+        }
+        if (whole) tile_step(std::false_type{}, std::false_type{});
+        else tile_step(std::true_type{}, std::false_type{});
       }
     }
     issue_pv((tile_end - 1 - tile_begin) % S);  // the last tile's P V
