@@ -302,6 +302,20 @@ TEST_CASE("the wgmma prefill kernel on raw keys under dynamic RoPE and in one-se
   }
 }
 
+namespace {
+
+// A scenario whose requests each hold at least `docs` documents and the tail, checked on every
+// kernel and split count (check_prefill).
+void check_many_segments(const ScenarioSpec& spec, int docs) {
+  test::ref::Scenario sc = test::ref::make_scenario(spec);
+  for (const RequestLayout& r : sc.layouts)
+    REQUIRE(r.segments.size() >= static_cast<std::size_t>(docs) + 1);
+  INFO(spec << "\n" << sc.layout_text);
+  check_prefill(sc);
+}
+
+}  // namespace
+
 // Requests of many short segments, in the builds that keep a table of the segments' query
 // rotations (the other rotary layouts, per dim): they compute every segment's R(-s) in the
 // prologue when the CTA's tiles span at most 32 segments (31 documents and the tail), and per
@@ -321,11 +335,7 @@ TEST_CASE("the wgmma prefill kernel on requests of more segments than its table 
       spec.partial_rotary = head_dim == 64 ? 1.0 : 0.5;
       spec.empty_segment = i == 4;
       spec.seed = 790 + static_cast<std::uint64_t>(i++);
-      test::ref::Scenario sc = test::ref::make_scenario(spec);
-      for (const RequestLayout& r : sc.layouts)
-        REQUIRE(r.segments.size() >= static_cast<std::size_t>(docs) + 1);
-      INFO(spec << "\n" << sc.layout_text);
-      check_prefill(sc);
+      check_many_segments(spec, docs);
     }
   }
 }
@@ -342,11 +352,7 @@ TEST_CASE("the wgmma prefill kernel at head dim 64 on more segments than its rot
     spec.doc_lengths = {1, 16, 17, 40, 65};
     spec.docs_per_request = docs;
     spec.seed = 800 + static_cast<std::uint64_t>(i++);
-    test::ref::Scenario sc = test::ref::make_scenario(spec);
-    for (const RequestLayout& r : sc.layouts)
-      REQUIRE(r.segments.size() >= static_cast<std::size_t>(docs) + 1);
-    INFO(spec << "\n" << sc.layout_text);
-    check_prefill(sc);
+    check_many_segments(spec, docs);
   }
 }
 
