@@ -81,6 +81,14 @@ constexpr bool loader_run_maps(KvTiles kv, int head_dim) {
 
 inline constexpr int kPrefillRows = kPrefillRowsPerQtile;  // = kPrefillTileRows (support.hpp)
 
+// What the Hopper kernel's softmax needs of a key tile (its keys, whether it is the tail's), the
+// part of a TileInfo it rolls from tile to tile: rolling whole records costs more instructions
+// per tile in the RoPE build than in RoPE off.
+struct TileKeys {
+  int key0, rows, is_tail;
+  __device__ static TileKeys of(const TileInfo& t) { return TileKeys{t.key0, t.rows, t.is_tail}; }
+};
+
 // The end of the key tiles a query tile reads: the request's, less the tail tiles wholly past its
 // last visible tail key. Those exist only when the tail is the request's last segment; then its
 // tiles close the request's run at keys 0, 64, 128, ... (make_prefill_schedule), so their count

@@ -1,37 +1,19 @@
 // The Hopper prefill (sm_90a): warpgroup MMA, FlashAttention-3's warp specialisation and
-// ping-pong, for head dims 64, 128 and 256, 16-bit, every storage form and rotary layout
-// (rotate-half or interleaved pairs, all or some dims rotary) or RoPE off; other head dims run on
-// the mma.sync kernel (prefill/mma_sync.cuh). One CTA takes 128 query rows (GQA-packed) of one
-// request and one KV head.
-//  - Loading (prefill/wgmma_loader.cuh): warpgroup 2 (24 registers; the others take the rest with
-//    setmaxnreg) streams the K/V tiles through a ring of stages (four; two at head dim 256) by
-//    the TMA (whole tiles at head dims 64 and 128) or cp.async (page-table gather) in the
-//    blocked 128-byte-swizzle layout wgmma's descriptors read, and signals each stage on an mbarrier (full); the computing warps release a stage on
-//    another (empty) once both its wgmmas are done. Raw-form K tiles (keys stored before RoPE,
-//    KvTiles::kRawScratch) come rotated to R(key0 + row) k, what a local-form page holds, from a
-//    pass before the kernel (prefill/raw_keys.cuh), so the computing warps treat the two forms
-//    alike. Over fp8 pools (KvTiles::kScratch) every K and V tile comes dequantized to 16 bits
-//    (raw K rotated too) from a pass of its own (prefill/fp8_tiles.cuh).
-//  - Query: wgmma's A operand comes from registers. Once per CTA each thread rotates its own
-//    query elements to their absolute positions m (R(m) q, scaled, fp32) into shared memory; a
-//    segment starting at s then needs R(m - s) q = R(-s) (R(m) q): one cos/sin per rotary pair,
-//    the same for every row, and one rounding to 16 bits. A new segment's query is built
-//    between the loops over two segments' tiles (no wgmma in flight; at head dim 64 in the
-//    local form under the previous segment's last tile's wgmmas), so the loop over a segment's
-//    tiles has no RoPE code. kOneSeg (the launcher picks it when every request has at
-//    most one segment and none is raw: document encodings, chunks of a tail without documents;
-//    every rotary layout) rotates the query once, straight to R(m - s), and compiles the
-//    rebuild out. Each thread holds both members of every pair it rotates in all layouts
-//    (wgmma_query.cuh), the rotate-half layout over all head dims on a tuned path.
-//  - Head dim 256 (kQSmem): the query's fragments (64 registers) do not fit beside the 128 of
-//    O, so S = Q K^T takes the query from shared memory, rotated for each segment straight from
-//    the raw query in global memory (wgmma_query_tile: every layout at run time, so no
-//    kAnyRotary build), and the K/V ring has two stages of 64 KiB.
-//  - Overlap inside a warpgroup: S(j) and P(j-1) V(j-1) are issued back to back; tile j's
-//    softmax runs under P V; O is rescaled after the wait.
-//  - Overlap between the computing warpgroups: they take turns issuing their wgmmas (two named
-//    barriers), so one's softmax runs under the other's tensor-core work.
-// kRope = false is the RoPE-off baseline (pre-rotated queries and keys).
+// ping-pong, for head dims 64, 128 and 256, 16-bit, every storage form and rotary layout or RoPE
+// off (kRope = false: pre-rotated queries and keys); other head dims run on the mma.sync kernel
+// (prefill/mma_sync.cuh). One CTA takes 128 query rows (GQA-packed) of one request and one KV
+// head. docs/06-cuda.md ("The Hopper kernel") describes it in full, with the measurements
+// behind each choice. In short:
+//  - Warpgroup 2 loads the K/V tiles through a ring of stages (prefill/wgmma_loader.cuh);
+//    raw-form K and fp8 tiles come ready from a pass before the kernel (prefill/raw_keys.cuh,
+//    prefill/fp8_tiles.cuh), so the computing warpgroups treat every form alike.
+//  - The query is wgmma's A operand from registers, rotated once per CTA to R(m) q in fp32
+//    (wgmma_query.cuh); a segment starting at s takes R(-s) of it, built between two segments'
+//    runs of tiles (at head dim 64 in the local form, under the last tile's wgmmas), so the
+//    loop over a run has no RoPE code. kOneSeg rotates straight to R(m - s) once. Head dim 256
+//    (kQSmem) keeps the query in shared memory, rebuilt per segment from global memory.
+//  - S(j) and P(j-1) V(j-1) go back to back (tile j's softmax under P V); the computing
+//    warpgroups take turns issuing.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -55,9 +37,9 @@
 
 namespace lazyattn::cuda::detail {
 
-// kD: the head dim (64, 128 or 256). kAnyRotary: interleaved pairs or rotary dims fewer than kD (read
-// at run time); false: the rotate-half layout over all dims, with compile-time tables (its own
-// build: with both paths in one, the local form's tile loop ran 7-12% slower).
+// kD: the head dim (64, 128 or 256). kAnyRotary: interleaved pairs or rotary dims fewer than kD
+// (read at run time); false: the rotate-half layout over all dims, with compile-time tables (its
+// own build: with both paths in one, the local form's tile loop ran 7-12% slower).
 template <class T, int kD, bool kRope, bool kOneSeg = false, KvTiles kKv = KvTiles::kPages,
           bool kAnyRotary = false>
 __global__ void __launch_bounds__(kWgmmaWsThreads, 1)
@@ -85,9 +67,9 @@ __global__ void __launch_bounds__(kWgmmaWsThreads, 1)
   float2* q_pre = reinterpret_cast<float2*>(smem + Shape::kQPre);
   uint4* q_frag = reinterpret_cast<uint4*>(smem + Shape::kQFrag);
   float2* cs_seg = reinterpret_cast<float2*>(smem + Shape::kCsSeg);  // [wg][pair]
-  // [segment - seg0][dim] (the other rotary layouts, kSegTable): R(-s) of every segment of the
-  // CTA's tiles, in q_frag's space (only the one-segment builds use q_frag), when they are at
-  // most kSegTableRows; else [wg][dim], each warpgroup's current segment.
+  // kSegTable: R(-s) of every segment of the CTA's tiles, [segment - seg0][dim] in the other
+  // rotary layouts, [segment - seg0][pair] in rotate-half, in q_frag's space (only the
+  // one-segment builds use q_frag); else, other layouts, [wg][dim]: each warpgroup's segment.
   float2* seg_table = reinterpret_cast<float2*>(smem + Shape::kQFrag);
   float2* cs_q = reinterpret_cast<float2*>(smem + Shape::kCsQ);      // [8][pair]
   float2* cs_off = reinterpret_cast<float2*>(smem + Shape::kCsOff);  // [16][pair]
@@ -195,19 +177,12 @@ __global__ void __launch_bounds__(kWgmmaWsThreads, 1)
   // The CTA's segments are consecutive (one request's), seg0 the first tile's. In the builds
   // with a table (kSegTable), when the CTA's tiles span at most kSegTableRows segments, the
   // prologue computes every segment's R(-s) once for both warpgroups (seg_table: per dim in the
-  // other rotary layouts, per pair in rotate-half) and a rebuild between two runs only rotates
+  // other rotary layouts, per pair in rotate-half), and a rebuild between two runs only rotates
   // the query; otherwise each rebuild computes its segment's into the warpgroup's row between
-  // two warpgroup barriers (rows 0 and 1 of the same space in the other layouts, cs_seg in
-  // rotate-half). A/B on the H200 (two rounds, every prefill shape at head dims 128 and 64):
-  // with the table, the raw build of the other layouts ran 0.1-3% faster at every shape; the
-  // rotate-half builds moved -1.5% to +2.4%, so they compute per rebuild, except where the
-  // rebuild overlaps:
-  // kOverlapRebuild (the local-form rotate-half build over pages at head dim 64): the next run's
-  // query is rotated into qf_next under the wgmmas of the run's last tile, which read qf, and
-  // copied into qf when the run begins. A/B on the H100 (five rounds in two calls): its RAG tail
-  // 0.966-0.995x the time, every other build the same PTX. Over every build over segments at
-  // head dims 64 and 128 it ran 1.03-1.16x (docs/performance.md, "The next segment's query under
-  // the last tile's wgmmas"), so it stays in this one.
+  // two warpgroup barriers (rows 0 and 1 of that space, or cs_seg in rotate-half).
+  // kOverlapRebuild also rotates the next run's query into qf_next under the wgmmas of a run's
+  // last tile (they read qf), copied into qf when the run begins. Where each build stands and
+  // why (A/B, spills) is in docs/06-cuda.md.
   constexpr bool kOverlapRebuild =
       kRope && !kOneSeg && !kAnyRotary && kKv == KvTiles::kPages && D == 64;
   constexpr bool kSegTable = (kAnyRotary && !kOneSeg) || kOverlapRebuild;
@@ -235,22 +210,15 @@ __global__ void __launch_bounds__(kWgmmaWsThreads, 1)
         cs_off[i] = offset_cs[(row_step ? i / kHalf : 0) * rot_half + i % kHalf];
     }
   };
-  // Tile records rolled two tiles ahead (cur, next, n2: each read two tiles before it is
-  // needed), only what the softmax needs of a tile (its keys, whether it is the tail's); the
-  // whole record only for the next run's first tile, ti_run (rolling whole records costs more
-  // instructions per tile in the RoPE build than in RoPE off).
-  struct TileKeys {
-    int key0, rows, is_tail;
-  };
-  using Rolled = TileKeys;
-  auto roll = [](const TileInfo& t) { return TileKeys{t.key0, t.rows, t.is_tail}; };
+  // Tile records rolled two tiles ahead (each read two tiles before it is needed) as TileKeys;
+  // the whole record only for the next run's first tile, ti_run.
   auto load_keys = [&](int t) {  // past the end: no keys (as TileStream::info_nb)
     const TileInfo* r = p.sched.tiles + min(t, tile_end - 1);
     return TileKeys{r->key0, t < tile_end ? r->rows : 0, r->is_tail};
   };
   const TileInfo first = stream.info(tile_begin);
   TileInfo ti_run = stream.info(tile_begin + 1);
-  Rolled r_cur = roll(first), r_next = roll(ti_run), r_n2;
+  TileKeys r_cur = TileKeys::of(first), r_next = TileKeys::of(ti_run), r_n2;
   std::int64_t q_seg_start = first.seg_start;  // the segment the query is built for
   const float q_scale = kRope ? p.sm_scale_log2 * p.rope.query_scale : p.sm_scale_log2;
   if constexpr (kQSmem) {
@@ -305,11 +273,9 @@ __global__ void __launch_bounds__(kWgmmaWsThreads, 1)
     }
   }
 
-  // Head dim 256: this warpgroup's 64 rows of the query tile, rotated for the segment starting
-  // at seg_start (R(m - s) q, or q scaled for RoPE off), from the raw query in global memory, with
-  // its warpgroup's coarse table R(m_first - s + 16 a) computed first (4 rows: its 64 rows hold at
-  // most 64 queries); then visible to the warpgroup's wgmmas. Called with no wgmma of the
-  // warpgroup in flight.
+  // Head dim 256: this warpgroup's 64 rows of the query tile, R(m - s) q (q scaled for RoPE off),
+  // from the raw query in global memory, after its coarse table R(m_first - s + 16 a) (4 rows:
+  // 64 rows hold at most 64 queries); then visible to its wgmmas. No wgmma of it in flight.
   [[maybe_unused]] T* const q_op = reinterpret_cast<T*>(smem + Shape::kQRaw);
   [[maybe_unused]] auto build_query_tile = [&](std::int64_t seg_start) {
     float2* coarse = cs_q + wg * 4 * kHalf;
@@ -370,8 +336,7 @@ __global__ void __launch_bounds__(kWgmmaWsThreads, 1)
     else wgmma_segment_query_any<T, D>(dst, q_pre, cs, t4, tid, p.rope.rotary_dim, interleaved);
   };
   auto build_query = [&](const float2* cs) { build_query_to(qf, cs); };
-  // The next run's query (kOverlapRebuild, where the table holds its segment): copied into qf
-  // once the last tile's wgmmas are done.
+  // The next run's query (kOverlapRebuild), copied into qf once the last tile's wgmmas are done.
   [[maybe_unused]] std::uint32_t qf_next[kQSmem ? 1 : KSteps][4];
   // S = Q K^T for this warpgroup's 64 rows against the tile in ring stage `stage` (issued, not
   // waited for).
@@ -442,7 +407,7 @@ __global__ void __launch_bounds__(kWgmmaWsThreads, 1)
   // No branches between the wait for S and the exponentials: at a branch ptxas waits for every
   // wgmma in flight (P V too), and the softmax no longer runs under it (seen in the SASS).
   // `masked` (compile time): false for a tile every row sees whole (warp-specialised form).
-  auto softmax = [&](const Rolled& ti, float (&scale)[2], auto masked) {
+  auto softmax = [&](const TileKeys& ti, float (&scale)[2], auto masked) {
     if constexpr (decltype(masked)::value) {
       int bound[2];  // keys [0, bound) of the tile are visible to the row
 #pragma unroll
@@ -461,9 +426,8 @@ __global__ void __launch_bounds__(kWgmmaWsThreads, 1)
   };
   // O *= scale where a row of the warp took a new max (no wgmma owns O, so the branch makes
   // ptxas wait for none), then P into pa. The build over fp8 scratch tiles at head dim 128
-  // rescales every tile: with the branch it ran 2-5% slower, without it within 0-2% of the
-  // unconditional rescale of 45134ed; at head dim 64 the branch made the fp8 build 1-4% faster
-  // and taking it out 1-4% slower (H100, A/B of 2026-12-06, docs/performance.md).
+  // rescales every tile: the branch made it 2-5% slower there (docs/performance.md,
+  // "Conditional rescale in the online softmax").
   constexpr bool kSkipRescale = !(kKv == KvTiles::kScratch && D == 128);
   auto rescale_and_pack = [&](const float (&scale)[2]) {
     if (!kSkipRescale || warp_needs_rescale(scale[0], scale[1])) {
@@ -568,9 +532,8 @@ __global__ void __launch_bounds__(kWgmmaWsThreads, 1)
         run_end = min(tile_end, tile + (seg_length - rec.key0 + kTileKeys - 1) / kTileKeys);
         ti_run = stream.info_nb(run_end);  // lands under this run
       }
-      // One tile of the run; `masked` as softmax's. `prep` (the run's last tile, another run
-      // after it, its segment in the table): the next run's query into qf_next under this
-      // tile's wgmmas (their A operand is qf, which it leaves alone).
+      // One tile of the run; `masked` as softmax's; `prep`: the next run's query into qf_next
+      // under this tile's wgmmas (which read qf).
       auto tile_step = [&](auto masked, auto prep) {
         wait_full(it);
         r_cur = r_next;
