@@ -203,6 +203,9 @@ struct DeviceScenario {
   cuda::DecodeWorkspace ws;
   cuda::PrefillWorkspace pws;
   int prefill_kv_splits = 0;  // cuda::PrefillArgs::kv_splits
+  // false: cuda::prefill without a workspace (no splits, no tile scratch: raw-form plans take
+  // the mma.sync kernel, local ones at head dim 256 rebuild each segment's query in the kernel).
+  bool prefill_workspace = true;
 
   bool use_prefill = false;
   bool pdl = true;   // cuda::DecodeArgs::pdl (the default)
@@ -323,7 +326,7 @@ struct DeviceScenario {
       a.kernel = prefill_kernel;
       a.query_rotated = d.query_rotated;
       a.inputs_scaled = d.inputs_scaled;
-      cuda::prefill(a, pool, on, rope, &pws);
+      cuda::prefill(a, pool, on, rope, prefill_workspace ? &pws : nullptr);
     } else {
       cuda::decode(args(rope_on, q_ptr), pool, on, rope, ws);
     }

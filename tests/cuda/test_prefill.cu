@@ -86,6 +86,18 @@ void check_prefill(const test::ref::Scenario& sc, bool reversed_pages = false) {
       }
     }
   }
+  // Without a workspace (no tile scratch): at head dim 256, local-form plans over several
+  // segments rebuild each segment's query in the kernel instead of reading keys the key pass
+  // positioned; raw-form plans take the mma.sync kernel.
+  if (spec.head_dim == 256) {
+    ds.prefill_kernel = cuda::PrefillKernel::kAuto;
+    ds.prefill_workspace = false;
+    ds.prefill_kv_splits = 1;
+    INFO("no workspace");
+    check_result(ds.deferred());
+    const double ulp = spec.dtype == DType::kBFloat16 ? 0x1p-8 : 0x1p-11;
+    check_result(ds.deferred_rotated(), ulp * scale);
+  }
 }
 
 }  // namespace
@@ -147,7 +159,8 @@ ScenarioSpec layout_sweep_spec(int i, int head_dim, PairLayout pairs, double par
 
 // Small enough for compute-sanitizer (scripts/gpu-check runs memcheck and racecheck on it): the
 // warp-specialised kernel's loader / computing-warpgroup hand-overs, one and several query tiles,
-// at every head dim (at 256 the query in shared memory, rebuilt per segment, and two stages).
+// at every head dim (at 256 the query in shared memory, two stages, and K positioned by the key
+// pass; without a workspace each segment's query rebuilt).
 TEST_CASE("the wgmma prefill kernels on short RAG tails", "[cuda][prefill][hopper]") {
   for (int head_dim : {128, 64, 256}) {
     for (std::int64_t nq : {17, 130}) {
@@ -558,7 +571,7 @@ TEST_CASE("prefill's kernel choice: kAuto takes wgmma_ws where it applies, kWgmm
   // choice for a given rope, kernel and rope switch.
   auto choose = [&](int D, StorageForm form, const RopeConfig& rc, cuda::PrefillKernel kernel,
                     bool rope_on, std::int64_t tile_room = -1,
-                    DType kv_dtype = DType::kBFloat16) {
+                    DType kv_dtype = DType::kBFloat16, std::int64_t* tile_elems = nullptr) {
     RopePolicy rope(rc);
     KvStoreConfig cfg{1, Hk, D, P, DType::kBFloat16, 8};
     KvStore store(cfg);
@@ -582,6 +595,7 @@ TEST_CASE("prefill's kernel choice: kAuto takes wgmma_ws where it applies, kWgmm
     a.params = AttentionParams{Hq, Hk, D};
     a.kernel = kernel;
     a.rope = rope_on;
+    if (tile_elems) *tile_elems = cuda::prefill_tile_elems(a, dp, kv_dtype);
     return cuda::resolve_prefill_kernel(a, dp, drope, kv_dtype, tile_room);
   };
   RopeConfig full;
@@ -627,6 +641,23 @@ TEST_CASE("prefill's kernel choice: kAuto takes wgmma_ws where it applies, kWgmm
   CHECK(choose(128, StorageForm::kRaw, full, K::kAuto, false, 0) == K::kWgmmaWs);
   CHECK(choose(128, StorageForm::kLocal, full, K::kAuto, true, 0) == K::kWgmmaWs);
   CHECK(choose(256, StorageForm::kRaw, d256, K::kAuto, true, 0) == K::kMmaSync);
+  // Head dim 256 over two segments (the document and the tail): a workspace holds every K tile
+  // positioned by the key pass (64 rows x 2 KV heads x 256 per key tile: one tile of the
+  // document's 40 keys, one of the tail's 5), in both forms; local form runs without it too, raw
+  // form does not. Head dim 128's local form takes none.
+  for (StorageForm form : {StorageForm::kLocal, StorageForm::kRaw}) {
+    std::int64_t elems = -1;
+    choose(256, form, d256, K::kAuto, true, -1, DType::kBFloat16, &elems);
+    CHECK(elems == 2 * 64 * Hk * 256);
+    choose(256, form, d256, K::kAuto, false, -1, DType::kBFloat16, &elems);
+    CHECK(elems == 0);  // RoPE off
+  }
+  CHECK(choose(256, StorageForm::kLocal, d256, K::kWgmmaWs, true, 0) == K::kWgmmaWs);
+  CHECK_THROWS_WITH(choose(256, StorageForm::kRaw, d256, K::kWgmmaWs, true, 0),
+                    Catch::Contains("no tile scratch to rotate them into"));
+  std::int64_t elems128 = -1;
+  choose(128, StorageForm::kLocal, full, K::kAuto, true, -1, DType::kBFloat16, &elems128);
+  CHECK(elems128 == 0);
   CHECK_THROWS_WITH(choose(128, StorageForm::kLocal, full, static_cast<K>(7), true),
                     Catch::Contains("kernel 7"));
   // 2, the retired two-warpgroup Hopper kernel, is no kernel now.

@@ -86,14 +86,29 @@ struct PrefillArgs {
   PrefillKernel kernel = PrefillKernel::kAuto;
 };
 
-// 16-bit elements of tile scratch the Hopper kernel needs for `plan` with `args` over a pool of
+namespace detail {
+// Whether the Hopper kernel at head dim 256 reads every K tile positioned by the key pass
+// (KvTiles::kPositionedK, prefill/raw_keys.cuh) for `plan` with `args` over a 16-bit pool: RoPE
+// on, and raw-form segments or a request of more than one segment (the one-segment build over
+// local pages runs at RoPE off's speed without it).
+inline bool positioned_keys(const PrefillArgs& args, const DevicePlan& plan, DType kv_dtype) {
+  return args.params.head_dim == 256 && args.rope && kv_dtype != DType::kFloat8E4M3 &&
+         (plan.has_raw_segments() || !plan.single_segment_requests());
+}
+}  // namespace detail
+
+// 16-bit elements of tile scratch the Hopper kernel takes for `plan` with `args` over a pool of
 // `kv_dtype`: [64][head_dim] per key tile of the schedule and KV head, for K where RoPE is on and
-// the plan has raw-form segments (rotated by the raw-key pass), for K and V (K's tiles, then V's)
-// over an fp8 pool (dequantized by its pass); else 0.
+// the plan has raw-form segments (rotated by the raw-key pass) or, at head dim 256, more than one
+// segment per request (positioned by the key pass), for K and V (K's tiles, then V's) over an fp8
+// pool (dequantized by its pass); else 0. Local-form plans at head dim 256 run without it too,
+// slower (each segment's query rebuilt in the kernel); the others need it.
 inline std::int64_t prefill_tile_elems(const PrefillArgs& args, const DevicePlan& plan,
                                        DType kv_dtype) {
   const bool fp8 = kv_dtype == DType::kFloat8E4M3;
-  if (!fp8 && (!args.rope || !plan.has_raw_segments())) return 0;
+  if (!fp8 && (!args.rope || !plan.has_raw_segments()) &&
+      !detail::positioned_keys(args, plan, kv_dtype))
+    return 0;
   std::int64_t n = plan.schedule().num_tiles;
   for (std::int64_t f : {std::int64_t{args.params.num_kv_heads}, std::int64_t{detail::kTileKeys},
                          std::int64_t{args.params.head_dim}, std::int64_t{fp8 ? 2 : 1}})
@@ -111,7 +126,9 @@ inline const char* wgmma_prefill_mismatch(const PrefillArgs& args, const DeviceP
                                           const DeviceRope&, DType kv_dtype,
                                           std::int64_t tile_room = -1) {
   if (!detail::wgmma_prefill_head_dim(args.params.head_dim)) return "head_dim is not 64, 128 or 256";
-  if (tile_room >= 0 && tile_room < prefill_tile_elems(args, plan, kv_dtype))
+  // (Local-form plans run without the scratch they would take at head dim 256.)
+  const bool needs_tiles = kv_dtype == DType::kFloat8E4M3 || (args.rope && plan.has_raw_segments());
+  if (needs_tiles && tile_room >= 0 && tile_room < prefill_tile_elems(args, plan, kv_dtype))
     return kv_dtype == DType::kFloat8E4M3
                ? "the pool is float8_e4m3 and there is no tile scratch to dequantize it into "
                  "(PrefillScratch::tiles of prefill_tile_elems, or a PrefillWorkspace)"
@@ -232,8 +249,11 @@ inline void prefill(const PrefillArgs& args, const DevicePool& pool, const Devic
   const PrefillKernel chosen =
       resolve_prefill_kernel(args, plan, rope, kv_dtype, scratch.tiles_elems);
   const bool wgmma = chosen == PrefillKernel::kWgmmaWs;
-  // The Hopper kernel's tile scratch (raw-form K rotated, or fp8 K/V dequantized), or 0.
-  const std::int64_t tile_elems = wgmma ? prefill_tile_elems(args, plan, kv_dtype) : 0;
+  // The Hopper kernel's tile scratch (raw-form K rotated, every K tile positioned, or fp8 K/V
+  // dequantized), or 0; head dim 256's positioned K where the caller's scratch has room.
+  std::int64_t tile_elems = wgmma ? prefill_tile_elems(args, plan, kv_dtype) : 0;
+  if (tile_elems > scratch.tiles_elems) tile_elems = 0;  // (a local-form plan at head dim 256)
+  const bool positioned = tile_elems > 0 && detail::positioned_keys(args, plan, kv_dtype);
   // The Hopper kernel reads whole tiles of 16-bit pages, and raw-form K tiles of the raw-key
   // pass's scratch, with the TMA at head dims 64 and 128 (fp8 pools read their scratch; head
   // dim 256, page sizes under 8 and drivers without tensor maps gather with cp.async).
@@ -298,8 +318,13 @@ inline void prefill(const PrefillArgs& args, const DevicePool& pool, const Devic
               LAZYATTN_CUDA_CHECK_LAUNCH();
             };
             // fp8: every tile dequantized, raw K rotated too (prefill/fp8_tiles.cuh); 16-bit:
-            // the raw-form K tiles rotated once for every query tile (prefill/raw_keys.cuh).
-            if (!fp8) launch_pass(detail::rotate_raw_tiles_kernel<T, D>);
+            // the raw-form K tiles rotated once for every query tile, or every K tile
+            // positioned (prefill/raw_keys.cuh).
+            if (positioned) {
+              if constexpr (D == 256) launch_pass(detail::rotate_key_tiles_kernel<T, D, true>);
+            } else if (!fp8) {
+              launch_pass(detail::rotate_key_tiles_kernel<T, D>);
+            }
             else if (args.rope && plan.has_raw_segments())
               launch_pass(detail::dequantize_tiles_kernel<T, D, true>);
             else launch_pass(detail::dequantize_tiles_kernel<T, D, false>);
@@ -334,8 +359,12 @@ inline void prefill(const PrefillArgs& args, const DevicePool& pool, const Devic
               constexpr KvTiles kKv = decltype(kv)::value;
               constexpr KvTiles kRawKv = kKv == KvTiles::kScratch ? kKv : KvTiles::kRawScratch;
               if (one) launch_wgmma(prefill_wgmma_kernel<T, D, true, true, kKv, kAny>);
-              else if (raw) launch_wgmma(prefill_wgmma_kernel<T, D, true, false, kRawKv, kAny>);
-              else launch_wgmma(prefill_wgmma_kernel<T, D, true, false, kKv, kAny>);
+              else if (raw) {  // (16-bit raw tiles at head dim 256: positioned, above)
+                if constexpr (D != 256 || kKv == KvTiles::kScratch)
+                  launch_wgmma(prefill_wgmma_kernel<T, D, true, false, kRawKv, kAny>);
+              } else {
+                launch_wgmma(prefill_wgmma_kernel<T, D, true, false, kKv, kAny>);
+              }
             };
             auto launch_kv = [&](auto kv) {
               constexpr KvTiles kKv = decltype(kv)::value;
@@ -343,8 +372,14 @@ inline void prefill(const PrefillArgs& args, const DevicePool& pool, const Devic
               else if (!any) launch_rope(std::false_type{}, kv);
               else if constexpr (D != 256) launch_rope(std::true_type{}, kv);  // (any: not 256)
             };
-            if (fp8) launch_kv(std::integral_constant<KvTiles, KvTiles::kScratch>{});
-            else launch_kv(std::integral_constant<KvTiles, KvTiles::kPages>{});
+            if (fp8) {
+              launch_kv(std::integral_constant<KvTiles, KvTiles::kScratch>{});
+            } else if (positioned) {  // every key at its position: one segment at 0
+              if constexpr (D == 256)
+                launch_wgmma(prefill_wgmma_kernel<T, D, true, true, KvTiles::kPositionedK>);
+            } else {
+              launch_kv(std::integral_constant<KvTiles, KvTiles::kPages>{});
+            }
             launched = true;
           }
         }

@@ -65,9 +65,11 @@ struct PrefillParams {
 namespace detail {
 
 // Where the Hopper kernel's loading warpgroup reads a K/V tile: from the pool's pages; raw-form
-// tiles' K from tile_k (rotated by the raw-key pass), the rest from pages; or every tile's K and V
-// from tile_k and tile_v (fp8 pools, dequantized by their pass).
-enum class KvTiles : int { kPages, kRawScratch, kScratch };
+// tiles' K from tile_k (rotated by the raw-key pass), the rest from pages; every tile's K and V
+// from tile_k and tile_v (fp8 pools, dequantized by their pass); or every tile's K from tile_k,
+// rotated there to its position in the request by the key pass, and V from the pages
+// (kPositionedK: head dim 256 over more than one segment, prefill/raw_keys.cuh says why).
+enum class KvTiles : int { kPages, kRawScratch, kScratch, kPositionedK };
 
 // Whether the Hopper kernel's loader reads a tile whose pages follow one another in the pool as
 // one TMA box per 64 columns (PrefillParams::k_run_map / v_run_map): the paged builds at head dim

@@ -1,7 +1,12 @@
-// The Hopper prefill's raw-form keys: before the attention kernel, every raw-form K tile of the
-// plan is rotated once into local form (R(key0 + row) k: what a local-form page holds for the
-// key at offset key0 + row of its segment) in a scratch of [tile][kv head][64][head dim], from
-// which the kernel's loading warpgroup reads it as it reads local pages. V stays in the pool.
+// The Hopper prefill's key pass: before the attention kernel, K tiles of the plan are rotated once
+// into a scratch of [tile][kv head][64][head dim], from which the kernel's loading warpgroup reads
+// them as it reads pages. V stays in the pool.
+//  - Raw-form tiles (every head dim): into local form, R(key0 + row) k, what a local-form page
+//    holds for the key at offset key0 + row of its segment.
+//  - kPositioned (head dim 256, requests of more than one segment or raw ones): every tile, into
+//    its position in the request, R(s + key0 + row) k for a segment starting at s (a local-form
+//    key R(key0 + row) k is turned by R(s) alone, an absolute-form tail's copied). The kernel
+//    then rotates its query once, R(m) q, as over one segment starting at 0.
 //
 // Why a pass of its own: every query tile of a request reads all of its key tiles, so a rotation
 // inside the attention kernel is done once per query tile (16 times per tile at the RAG tail, up
@@ -9,6 +14,11 @@
 // (rotate in shared memory after the copies land, 56 registers), the raw form ran 62-79% over
 // RoPE off on the H200: the loader, issue-bound on the rotation, starved the matrix units. Once
 // per tile, the pass reads and writes the raw K once (36 MB at the RAG tail).
+// Why kPositioned at head dim 256: its query tile (64 KiB) lives in shared memory with no room for
+// the raw query, so over several segments each segment's R(m - s) q was rebuilt from global
+// memory between two runs of tiles, with both warpgroups' matrix work stopped: +35% over RoPE off
+// at the RAG tail (17 segments per CTA). The pass costs one read and write of K instead (71 MB at
+// the RAG tail), after which the kernel runs the one-segment loop.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -59,9 +69,9 @@ inline constexpr int kRawPassRows = 16 * 128 / D;
 // Measured at the RAG tail (1088 CTAs of one tile and KV head each, Nsight Compute): with the
 // angle tables in shared memory, built per CTA (so once per KV head), 23.5 us, L1-bound (83%);
 // with the offset table read from global memory at each use, 28 us (L1 89%, DRAM 14%).
-template <class T, int D>
+template <class T, int D, bool kPositioned = false>
 __global__ void __launch_bounds__(kRawPassThreads)
-    rotate_raw_tiles_kernel(const __grid_constant__ PrefillParams p) {
+    rotate_key_tiles_kernel(const __grid_constant__ PrefillParams p) {
   // The attention kernel after this pass may start launching (its loading warpgroup waits for
   // this grid before it reads the scratch; prefill/launch.cuh).
   ptx::launch_dependents();
@@ -71,7 +81,8 @@ __global__ void __launch_bounds__(kRawPassThreads)
   const int tile = blockIdx.x, tid = threadIdx.x;
   const TileInfo ti = p.sched.tiles[tile];
   const int row0 = kRows * static_cast<int>(blockIdx.y);
-  if (ti.form != static_cast<std::int32_t>(StorageForm::kRaw) || ti.rows <= row0) return;
+  const bool raw = ti.form == static_cast<std::int32_t>(StorageForm::kRaw);
+  if ((!kPositioned && !raw) || ti.rows <= row0) return;
   const int rot_half = p.rope.rotary_dim / 2;
   const bool interleaved = p.rope.interleaved != 0;
   const int rope_set = p.rope.per_request ? request_of_tile(p, tile) : 0;
@@ -99,16 +110,22 @@ __global__ void __launch_bounds__(kRawPassThreads)
     const int c = interleaved || pairs_half ? u : u + half_chunks;
     const int x_at = 8 * c, y_at = pairs_half ? rot_half + 8 * u : 8 * c;
     const bool rotary = pairs_half || 8 * c < 2 * rot_half;
-    // The item's cos/sin: 8 pairs (rotate-half: j = 8u + w) or 4 (interleaved: j = 4c + w).
+    // The item's cos/sin: 8 pairs (rotate-half: j = 8u + w) or 4 (interleaved: j = 4c + w). A
+    // raw key's angle is its position's (plus the segment's start, kPositioned); a local-form
+    // key's (kPositioned) the segment's start alone.
     float2 cs[8];
     if (rotary) {
       const int j0 = pairs_half ? 8 * u : 4 * c;
       const int npairs = pairs_half ? 8 : 4;
-      const std::int64_t coarse_pos = ti.key0 + 16 * (r / 16);
+      const std::int64_t coarse_pos =
+          (kPositioned ? ti.seg_start : 0) + (raw ? ti.key0 + 16 * (r / 16) : 0);
       const float2* fine = offsets + (r % 16) * rot_half + j0;
 #pragma unroll
-      for (int w = 0; w < 8; ++w)
-        if (w < npairs) cs[w] = combine_angles(rope_cos_sin(coarse_pos, turns[j0 + w]), fine[w]);
+      for (int w = 0; w < 8; ++w) {
+        if (w >= npairs) continue;
+        const float2 coarse = rope_cos_sin(coarse_pos, turns[j0 + w]);
+        cs[w] = raw ? combine_angles(coarse, fine[w]) : coarse;
+      }
     }
     const T* k0 = static_cast<const T*>(p.k_pool) + src_row;
     T* out0 = out_tile + static_cast<std::int64_t>(r) * D;

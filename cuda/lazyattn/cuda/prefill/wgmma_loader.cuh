@@ -24,9 +24,9 @@ namespace lazyattn::cuda::detail {
 // blocked layout), by loading thread ltid of 128 (lane ltid % 32); the mbarriers full[stage] and
 // empty[stage] are the 8-byte words at bars + 8 stage and bars + 8 (S + stage).
 //  - kKv (KvTiles): kRawScratch, raw-form tiles' K comes from the raw-key pass's scratch
-//    (prefill/raw_keys.cuh); kScratch, every tile's K and V from the fp8 pass's
-//    (prefill/fp8_tiles.cuh); either read after that grid has completed (the launch may overlap
-//    it).
+//    (prefill/raw_keys.cuh); kPositionedK (head dim 256), every tile's K from that pass's
+//    scratch; kScratch, every tile's K and V from the fp8 pass's (prefill/fp8_tiles.cuh); any
+//    scratch read after its pass's grid has completed (the launch may overlap it).
 //  - The hand-over: until the computing warps' prologue has read them, stages 2 and 3 hold its
 //    raw query and tables (kStagesShared), so the warpgroup passes the prologue's CTA barriers
 //    with them before its third tile: the one after the tables' inputs (kTablesBarrier: the
@@ -40,6 +40,8 @@ template <class T, int D, int S, KvTiles kKv, bool kStagesShared, bool kTablesBa
 __device__ __forceinline__ void wgmma_load_kv(const PrefillParams& p, T* stages, std::uint32_t bars,
                                               int ltid, int lane, int tile_begin, int tile_end,
                                               int kv_head) {
+  static_assert(kKv != KvTiles::kPositionedK || D == 256,
+                "positioned K tiles: head dim 256 (the gather below; no tensor map of them)");
   const int lwarp = ltid >> 5;
   auto full_bar = [&](int stage) { return bars + 8u * static_cast<unsigned>(stage); };
   auto empty_bar = [&](int stage) { return bars + 8u * static_cast<unsigned>(S + stage); };
@@ -196,11 +198,13 @@ __device__ __forceinline__ void wgmma_load_kv(const PrefillParams& p, T* stages,
     const int key_r = ti.key0 + row_in;
     const int left = ti.rows - row_in;  // rows of the tile from row_in on
     const int page0 = ti.key0 >> p.page_size_log2;
-    // A raw tile's K comes from the scratch the raw-key pass rotated it into (contiguous rows):
-    // k_rows is its row row_in, chunk `chunk`, or null for a tile read from its pages. (One
-    // loop for both kinds, the K address picked per row.)
+    // A raw tile's K (every tile's, kPositionedK) comes from the scratch the key pass rotated
+    // it into (contiguous rows): k_rows is its row row_in, chunk `chunk`, or null for a tile
+    // read from its pages. (One loop for both kinds, the K address picked per row.)
     [[maybe_unused]] const T* k_rows =
-        kKv == KvTiles::kRawScratch && ti.form == static_cast<std::int32_t>(StorageForm::kRaw)
+        kKv == KvTiles::kPositionedK ||
+                (kKv == KvTiles::kRawScratch &&
+                 ti.form == static_cast<std::int32_t>(StorageForm::kRaw))
             ? static_cast<const T*>(p.tile_k) + scratch_tile(p, tile, kv_head, D) +
                   row_in * D + chunk * 8
             : nullptr;
@@ -220,7 +224,10 @@ __device__ __forceinline__ void wgmma_load_kv(const PrefillParams& p, T* stages,
       for (int sub = 0; sub < kSub; ++sub) {
         const int at = at_row_in + blocked_swizzle<D, kTileKeys>(kPass * i, 0) + sub * kSubAt;
         const std::int64_t off_s = off + sub * kSubElems;
-        if constexpr (kKv == KvTiles::kRawScratch) {
+        if constexpr (kKv == KvTiles::kPositionedK) {
+          ptx::cp_async_16(ptx::smem_addr(ks + at), k_rows + kPass * i * D + sub * kSubElems,
+                           valid);
+        } else if constexpr (kKv == KvTiles::kRawScratch) {
           const T* k_src = k_rows ? k_rows + kPass * i * D + sub * kSubElems : k_head + off_s;
           ptx::cp_async_16(ptx::smem_addr(ks + at), k_src, valid);
         } else {

@@ -11,7 +11,8 @@
 //    (wgmma_query.cuh); a segment starting at s takes R(-s) of it, built between two segments'
 //    runs of tiles (at head dim 64 in the local form, under the last tile's wgmmas), so the
 //    loop over a run has no RoPE code. kOneSeg rotates straight to R(m - s) once. Head dim 256
-//    (kQSmem) keeps the query in shared memory, rebuilt per segment from global memory.
+//    (kQSmem) keeps the query in shared memory: rebuilt per segment from global memory, or,
+//    over keys the key pass positioned (kPositionedK), built once as over one segment at 0.
 //  - S(j) and P(j-1) V(j-1) go back to back (tile j's softmax under P V); the computing
 //    warpgroups take turns issuing.
 #pragma once
@@ -48,6 +49,7 @@ __global__ void __launch_bounds__(kWgmmaWsThreads, 1)
   static_assert(kKv != KvTiles::kRawScratch || (kRope && !kOneSeg),
                 "raw tiles: the RoPE build over segments");
   static_assert(!kAnyRotary || kRope, "other layouts: a RoPE build");
+  static_assert(kKv != KvTiles::kPositionedK || (kRope && kOneSeg && kD == 256), "kPositionedK");
   using Shape = WgmmaPrefillShape<kD>;
   static_assert(!kAnyRotary || !Shape::kQInSmem, "head dim 256 reads the layout in every build");
   constexpr int D = Shape::D;
@@ -219,7 +221,7 @@ __global__ void __launch_bounds__(kWgmmaWsThreads, 1)
   const TileInfo first = stream.info(tile_begin);
   TileInfo ti_run = stream.info(tile_begin + 1);
   TileKeys r_cur = TileKeys::of(first), r_next = TileKeys::of(ti_run), r_n2;
-  std::int64_t q_seg_start = first.seg_start;  // the segment the query is built for
+  std::int64_t q_seg_start = kKv == KvTiles::kPositionedK ? 0 : first.seg_start;  // the query's
   const float q_scale = kRope ? p.sm_scale_log2 * p.rope.query_scale : p.sm_scale_log2;
   if constexpr (kQSmem) {
     if (kRope) {
@@ -273,9 +275,8 @@ __global__ void __launch_bounds__(kWgmmaWsThreads, 1)
     }
   }
 
-  // Head dim 256: this warpgroup's 64 rows of the query tile, R(m - s) q (q scaled for RoPE off),
-  // from the raw query in global memory, after its coarse table R(m_first - s + 16 a) (4 rows:
-  // 64 rows hold at most 64 queries); then visible to its wgmmas. No wgmma of it in flight.
+  // Head dim 256: this warpgroup's 64 rows of R(m - s) q (q scaled for RoPE off) from global
+  // memory, by the coarse table R(m_first - s + 16 a), 4 rows; no wgmma of them in flight.
   [[maybe_unused]] T* const q_op = reinterpret_cast<T*>(smem + Shape::kQRaw);
   [[maybe_unused]] auto build_query_tile = [&](std::int64_t seg_start) {
     float2* coarse = cs_q + wg * 4 * kHalf;
