@@ -49,7 +49,7 @@ struct PrefillScratch {
 
 // The prefill kernels: the FlashAttention-2-style mma.sync kernel (every head dim, form and
 // rotary layout, any architecture from sm_80) and the Hopper kernel (warpgroup MMA, a loading
-// warpgroup and two computing ones: head dims 64 and 128, every form and rotary layout). Value 2
+// warpgroup and two computing ones: head dims 64, 128 and 256, every form and rotary layout). Value 2
 // was a Hopper kernel without the loading warpgroup, retired as slower.
 enum class PrefillKernel : std::uint8_t { kAuto = 0, kMmaSync = 1, kWgmmaWs = 3 };
 
@@ -79,8 +79,8 @@ struct PrefillArgs {
   // Key-range splits per query tile: 0 picks (enough CTAs to fill the GPU when the query tiles
   // alone do not), 1 none, N forces N. Splits need a workspace.
   int kv_splits = 0;
-  // Which kernel: kAuto takes the Hopper kernel (kWgmmaWs) where it applies (head dim 64 or 128; a
-  // plan with raw-form segments also needs the rotated-K scratch, which a PrefillWorkspace
+  // Which kernel: kAuto takes the Hopper kernel (kWgmmaWs) where it applies (head dim 64, 128 or
+  // 256; a plan with raw-form segments also needs the rotated-K scratch, which a PrefillWorkspace
   // provides) and the mma.sync kernel otherwise; kWgmmaWs insists (and throws, naming what does
   // not fit), kMmaSync forces the FlashAttention-2-style kernel.
   PrefillKernel kernel = PrefillKernel::kAuto;
