@@ -89,7 +89,7 @@ void check_prefill(const test::ref::Scenario& sc, bool reversed_pages = false) {
   // Without a workspace (no tile scratch): at head dim 256, local-form plans over several
   // segments rebuild each segment's query in the kernel instead of reading keys the key pass
   // positioned; raw-form plans take the mma.sync kernel.
-  if (spec.head_dim == 256) {
+  if (spec.head_dim != 128) {
     ds.prefill_kernel = cuda::PrefillKernel::kAuto;
     ds.prefill_workspace = false;
     ds.prefill_kv_splits = 1;

@@ -92,8 +92,9 @@ namespace detail {
 // on, and raw-form segments or a request of more than one segment (the one-segment build over
 // local pages runs at RoPE off's speed without it).
 inline bool positioned_keys(const PrefillArgs& args, const DevicePlan& plan, DType kv_dtype) {
-  return args.params.head_dim == 256 && args.rope && kv_dtype != DType::kFloat8E4M3 &&
-         (plan.has_raw_segments() || !plan.single_segment_requests());
+  if (!args.rope || kv_dtype == DType::kFloat8E4M3) return false;
+  if (plan.has_raw_segments()) return true;
+  return args.params.head_dim != 128 && !plan.single_segment_requests();
 }
 }  // namespace detail
 
@@ -321,7 +322,7 @@ inline void prefill(const PrefillArgs& args, const DevicePool& pool, const Devic
             // the raw-form K tiles rotated once for every query tile, or every K tile
             // positioned (prefill/raw_keys.cuh).
             if (positioned) {
-              if constexpr (D == 256) launch_pass(detail::rotate_key_tiles_kernel<T, D, true>);
+              launch_pass(detail::rotate_key_tiles_kernel<T, D, true>);
             } else if (!fp8) {
               launch_pass(detail::rotate_key_tiles_kernel<T, D>);
             }
@@ -359,8 +360,8 @@ inline void prefill(const PrefillArgs& args, const DevicePool& pool, const Devic
               constexpr KvTiles kKv = decltype(kv)::value;
               constexpr KvTiles kRawKv = kKv == KvTiles::kScratch ? kKv : KvTiles::kRawScratch;
               if (one) launch_wgmma(prefill_wgmma_kernel<T, D, true, true, kKv, kAny>);
-              else if (raw) {  // (16-bit raw tiles at head dim 256: positioned, above)
-                if constexpr (D != 256 || kKv == KvTiles::kScratch)
+              else if (raw) {  // (16-bit raw tiles: positioned, above)
+                if constexpr (kKv == KvTiles::kScratch)
                   launch_wgmma(prefill_wgmma_kernel<T, D, true, false, kRawKv, kAny>);
               } else {
                 launch_wgmma(prefill_wgmma_kernel<T, D, true, false, kKv, kAny>);
@@ -375,8 +376,12 @@ inline void prefill(const PrefillArgs& args, const DevicePool& pool, const Devic
             if (fp8) {
               launch_kv(std::integral_constant<KvTiles, KvTiles::kScratch>{});
             } else if (positioned) {  // every key at its position: one segment at 0
-              if constexpr (D == 256)
+              if (any) {
+                if constexpr (D != 256)
+                  launch_wgmma(prefill_wgmma_kernel<T, D, true, true, KvTiles::kPositionedK, true>);
+              } else {
                 launch_wgmma(prefill_wgmma_kernel<T, D, true, true, KvTiles::kPositionedK>);
+              }
             } else {
               launch_kv(std::integral_constant<KvTiles, KvTiles::kPages>{});
             }

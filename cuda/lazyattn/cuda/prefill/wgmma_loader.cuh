@@ -40,8 +40,6 @@ template <class T, int D, int S, KvTiles kKv, bool kStagesShared, bool kTablesBa
 __device__ __forceinline__ void wgmma_load_kv(const PrefillParams& p, T* stages, std::uint32_t bars,
                                               int ltid, int lane, int tile_begin, int tile_end,
                                               int kv_head) {
-  static_assert(kKv != KvTiles::kPositionedK || D == 256,
-                "positioned K tiles: head dim 256 (the gather below; no tensor map of them)");
   const int lwarp = ltid >> 5;
   auto full_bar = [&](int stage) { return bars + 8u * static_cast<unsigned>(stage); };
   auto empty_bar = [&](int stage) { return bars + 8u * static_cast<unsigned>(S + stage); };
@@ -117,7 +115,8 @@ __device__ __forceinline__ void wgmma_load_kv(const PrefillParams& p, T* stages,
         if (ltid == 0) ptx::mbarrier_arrive_expect_tx(full_bar(stage), kTileBytes);
         else ptx::mbarrier_arrive(full_bar(stage));
         [[maybe_unused]] const bool k_scratch =
-            kKv == KvTiles::kRawScratch && ti.form == static_cast<std::int32_t>(StorageForm::kRaw);
+            kKv == KvTiles::kPositionedK ||
+            (kKv == KvTiles::kRawScratch && ti.form == static_cast<std::int32_t>(StorageForm::kRaw));
         const int rows_log2 = p.page_size_log2 < 6 ? p.page_size_log2 : 6;
         if constexpr (kLoaderRunMaps<kKv, D>) {
           // Warp 0: lane j < npages reads the tile's page id j. Pages that follow one another
@@ -170,7 +169,7 @@ __device__ __forceinline__ void wgmma_load_kv(const PrefillParams& p, T* stages,
                              slot0, kv_head, page);
           }
         }
-        if constexpr (kKv == KvTiles::kRawScratch) {
+        if constexpr (kKv == KvTiles::kRawScratch || kKv == KvTiles::kPositionedK) {
           if (k_scratch && ltid >= 32 && ltid < 32 + D / 64) {  // warp 1: the scratch's K boxes
             const int col_block = ltid - 32;
             ptx::tma_load_2d(ptx::smem_addr(ks + col_block * (kTileKeys * 64)), &p.tile_k_map,

@@ -49,7 +49,7 @@ __global__ void __launch_bounds__(kWgmmaWsThreads, 1)
   static_assert(kKv != KvTiles::kRawScratch || (kRope && !kOneSeg),
                 "raw tiles: the RoPE build over segments");
   static_assert(!kAnyRotary || kRope, "other layouts: a RoPE build");
-  static_assert(kKv != KvTiles::kPositionedK || (kRope && kOneSeg && kD == 256), "kPositionedK");
+  static_assert(kKv != KvTiles::kPositionedK || (kRope && kOneSeg), "kPositionedK");
   using Shape = WgmmaPrefillShape<kD>;
   static_assert(!kAnyRotary || !Shape::kQInSmem, "head dim 256 reads the layout in every build");
   constexpr int D = Shape::D;
@@ -61,7 +61,8 @@ __global__ void __launch_bounds__(kWgmmaWsThreads, 1)
   // The loading warpgroup's registers: 24; 40 where it picks raw tiles' K from the scratch and 32
   // where it checks for runs of pages (at 24 both spilled). The computing warpgroups share the
   // rest of 3 x 168, rounded down to a multiple of 8 (240 or 232).
-  constexpr int kLoadRegs = kKv == KvTiles::kRawScratch ? 40 : kLoaderRunMaps<kKv, kD> ? 32 : 24;
+  constexpr int kLoadRegs = kKv == KvTiles::kRawScratch || (kKv == KvTiles::kPositionedK && kD != 256)
+                                ? 40 : kLoaderRunMaps<kKv, kD> ? 32 : 24;
   constexpr int kComputeRegs = (3 * 168 - kLoadRegs) / 2 / 8 * 8;
   extern __shared__ __align__(1024) unsigned char smem[];
   if ((ptx::smem_addr(smem) & 1023u) != 0) __trap();  // the swizzle keys on address bits
@@ -236,7 +237,7 @@ __global__ void __launch_bounds__(kWgmmaWsThreads, 1)
     // (Offset row 0 is the identity: every row of a pre-rotated query takes it.)
     load_offsets();
     const int coarse_rows = (kPrefillRows / G + 15) / 16;
-    const std::int64_t base = m_first - first.seg_start;
+    const std::int64_t base = m_first - q_seg_start;
     for (int i = tid; i < coarse_rows * kHalf; i += kThreads) {
       if (i % kHalf >= rot_half) continue;
       const float2 c = rope_cos_sin(base + 16 * row_step * (i / kHalf), turns[i % kHalf]);
