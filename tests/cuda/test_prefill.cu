@@ -200,7 +200,7 @@ TEST_CASE("the wgmma prefill kernel over pages of 4 to 256 keys", "[cuda][prefil
         spec.num_requests = 3;
       }
       // Raw-form documents (RAG tails at pages of 8, 128 and 4) or tails (one-segment requests
-      // at 16 and 256): their K tiles come from the raw-key pass's scratch.
+      // at 16 and 256): every K tile comes from the key pass's scratch.
       if ((i / 2) % 2 == (one_segment ? 1 : 0)) {
         spec.doc_form = StorageForm::kRaw;
         if (one_segment) spec.tail_form = StorageForm::kRaw;
@@ -230,7 +230,8 @@ TEST_CASE("the wgmma prefill kernels on requests of one segment", "[cuda][prefil
 }
 
 // Requests of one segment (the encodings' case) in both storage forms and every rotary layout
-// (the local ones take the one-segment builds, the raw ones the builds over segments): raw and
+// (the local ones take the one-segment builds over pages, the raw ones over K the key pass
+// positioned): raw and
 // local tails (local ones also as absolute-form tails: local from position 0),
 // rotate-half and interleaved pairs, every dim rotary, half or a quarter of them, at head dims
 // 128 and 64 (at 64 a quarter of the dims, 16, is no rotate-half layout the kernels take); GQA
@@ -292,7 +293,8 @@ TEST_CASE("the wgmma prefill kernel in every storage form and rotary layout",
 }
 
 // Raw keys under a length-dependent schedule (dynamic NTK: one frequency set per request), and
-// raw-form requests of one segment each (a raw document's encoding; the raw build takes them).
+// raw-form requests of one segment each (a raw document's encoding), over K the key pass
+// positioned.
 TEST_CASE("the wgmma prefill kernel on raw keys under dynamic RoPE and in one-segment requests",
           "[cuda][prefill][hopper]") {
   for (PairLayout pairs : {PairLayout::kHalf, PairLayout::kInterleaved}) {
@@ -332,8 +334,10 @@ void check_many_segments(const ScenarioSpec& spec, int docs) {
 // Requests of many short segments, in the builds that keep a table of the segments' query
 // rotations (the other rotary layouts, per dim): they compute every segment's R(-s) in the
 // prologue when the CTA's tiles span at most 32 segments (31 documents and the tail), and per
-// segment between two runs when they span more (32 and 70 documents and the tail); raw documents
-// or a raw tail, interleaved pairs at head dim 64 and half the dims rotary at 128.
+// segment between two runs when they span more (32 and 70 documents and the tail); local
+// documents with local, absolute or raw tails (a raw one makes the plan's K positioned by the key
+// pass, as a workspace makes it at head dim 64, whose table check_prefill's run without a
+// workspace reaches), interleaved pairs at head dim 64 and half the dims rotary at 128.
 TEST_CASE("the wgmma prefill kernel on requests of more segments than its table holds",
           "[cuda][prefill][hopper]") {
   int i = 0;
@@ -342,8 +346,10 @@ TEST_CASE("the wgmma prefill kernel on requests of more segments than its table 
       ScenarioSpec spec = wgmma_rag_spec(i % 2 ? 129 : 40, 16 << (i % 3), head_dim);
       spec.doc_lengths = {1, 16, 17, 40, 65};
       spec.docs_per_request = docs;
-      spec.doc_form = i % 2 ? StorageForm::kRaw : StorageForm::kLocal;
-      spec.tail_form = i % 2 ? StorageForm::kLocal : StorageForm::kRaw;
+      spec.doc_form = StorageForm::kLocal;
+      spec.tail_form = i % 3 == 2 ? StorageForm::kRaw
+                       : i % 2    ? StorageForm::kAbsolute
+                                  : StorageForm::kLocal;
       spec.pair_layout = head_dim == 64 ? PairLayout::kInterleaved : PairLayout::kHalf;
       spec.partial_rotary = head_dim == 64 ? 1.0 : 0.5;
       spec.empty_segment = i == 4;

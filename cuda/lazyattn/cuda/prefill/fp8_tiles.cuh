@@ -1,8 +1,8 @@
 // The Hopper prefill over fp8 (e4m3) pools: before the attention kernel, a pass dequantizes
 // every K and V tile of the plan (code x its KV head's scale, rounded once to the queries' 16-bit
 // type) into the tile scratch [tile][kv head][64][head dim] (PrefillParams::tile_k, tile_v), and
-// rotates raw-form K tiles to local form on the way (R(key0 + row) k, as prefill/raw_keys.cuh
-// does for 16-bit pools). The attention kernel's loading warpgroup then reads every tile from the
+// rotates raw-form K tiles to local form on the way (R(key0 + row) k; the 16-bit pools' key pass,
+// prefill/key_pass.cuh, positions every tile instead). The attention kernel's loading warpgroup then reads every tile from the
 // scratch (KvTiles::kScratch), so the computing warpgroups run the 16-bit kernel's code unchanged
 // and the accuracy is the 16-bit kernel's over the fp8 values.
 //
@@ -19,7 +19,7 @@
 
 #include "lazyattn/cuda/kv_tile.cuh"
 #include "lazyattn/cuda/prefill/params.cuh"
-#include "lazyattn/cuda/prefill/raw_keys.cuh"
+#include "lazyattn/cuda/prefill/key_pass.cuh"
 #include "lazyattn/cuda/ptx.cuh"
 #include "lazyattn/cuda/rope.cuh"
 #include "lazyattn/kv/types.hpp"
@@ -27,7 +27,7 @@
 namespace lazyattn::cuda::detail {
 
 // The rotary layout of a pass over raw-form key rows (the same items and angles as
-// rotate_raw_tiles_kernel, whose tuned loop keeps them inline): a row's work items of 16 output
+// rotate_key_tiles_kernel, whose tuned loop keeps them inline): a row's work items of 16 output
 // bytes (rotate-half: a chunk of 8 first members with the chunk of their partners, then the chunks past
 // the rotary dims; interleaved: every chunk of 4 pairs) and the angle tables of the tile's request.
 struct RawRowLayout {
@@ -120,16 +120,16 @@ __device__ __forceinline__ void store8(T* dst, const float* x) {
   *reinterpret_cast<uint4*>(dst) = v;
 }
 
-// Grid (tile, row group of kRawPassRows<D> rows), kRawPassThreads threads; every tile of the
+// Grid (tile, row group of kKeyPassRows<D> rows), kKeyPassThreads threads; every tile of the
 // schedule. A thread takes one work item of a row in every KV head, kHeads heads' loads in flight
 // together: K's items first (kRotateRaw and a raw-form tile: the raw pass's items, rotated in
 // fp32 after dequantizing; else 8 dims), then V's (8 dims). Rows past the tile's keys are not
 // written (the kernel does not read them).
 template <class T, int D, bool kRotateRaw>
-__global__ void __launch_bounds__(kRawPassThreads)
+__global__ void __launch_bounds__(kKeyPassThreads)
     dequantize_tiles_kernel(const __grid_constant__ PrefillParams p) {
   ptx::launch_dependents();  // as the raw pass: the attention kernel's loader waits for this grid
-  constexpr int kRows = kRawPassRows<D>;
+  constexpr int kRows = kKeyPassRows<D>;
   constexpr int kChunks = D / 8;
   constexpr int kHeads = 4;
   const int tile = blockIdx.x, tid = threadIdx.x;
@@ -145,7 +145,7 @@ __global__ void __launch_bounds__(kRawPassThreads)
   const int rows = min(kRows, ti.rows - row0);
   constexpr std::int64_t kOutHead = static_cast<std::int64_t>(kTileKeys) * D;
   const std::int64_t out_tile = scratch_tile(p, tile, 0, D);
-  for (int i = tid; i < rows * (k_items + kChunks); i += kRawPassThreads) {
+  for (int i = tid; i < rows * (k_items + kChunks); i += kKeyPassThreads) {
     const bool is_v = i >= rows * k_items;
     const int j = is_v ? i - rows * k_items : i;
     const int n = is_v ? kChunks : k_items;

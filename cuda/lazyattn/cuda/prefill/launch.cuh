@@ -21,7 +21,7 @@
 #include "lazyattn/cuda/prefill/merge.cuh"
 #include "lazyattn/cuda/prefill/mma_sync.cuh"
 #include "lazyattn/cuda/prefill/params.cuh"
-#include "lazyattn/cuda/prefill/raw_keys.cuh"
+#include "lazyattn/cuda/prefill/key_pass.cuh"
 #include "lazyattn/cuda/prefill/wgmma_ws.cuh"
 
 namespace lazyattn::cuda {
@@ -87,10 +87,11 @@ struct PrefillArgs {
 };
 
 namespace detail {
-// Whether the Hopper kernel at head dim 256 reads every K tile positioned by the key pass
-// (KvTiles::kPositionedK, prefill/raw_keys.cuh) for `plan` with `args` over a 16-bit pool: RoPE
-// on, and raw-form segments or a request of more than one segment (the one-segment build over
-// local pages runs at RoPE off's speed without it).
+// Whether the Hopper kernel reads every K tile positioned by the key pass (KvTiles::kPositionedK,
+// prefill/key_pass.cuh) for `plan` with `args` over a 16-bit pool: RoPE on, and raw-form segments,
+// or at head dims 64 and 256 a request of more than one segment. (Local-form requests of one
+// segment run at RoPE off's speed without it; over segments at head dim 128 the query's rebuild
+// in registers costs less than the pass: docs/performance.md.)
 inline bool positioned_keys(const PrefillArgs& args, const DevicePlan& plan, DType kv_dtype) {
   if (!args.rope || kv_dtype == DType::kFloat8E4M3) return false;
   if (plan.has_raw_segments()) return true;
@@ -99,11 +100,10 @@ inline bool positioned_keys(const PrefillArgs& args, const DevicePlan& plan, DTy
 }  // namespace detail
 
 // 16-bit elements of tile scratch the Hopper kernel takes for `plan` with `args` over a pool of
-// `kv_dtype`: [64][head_dim] per key tile of the schedule and KV head, for K where RoPE is on and
-// the plan has raw-form segments (rotated by the raw-key pass) or, at head dim 256, more than one
-// segment per request (positioned by the key pass), for K and V (K's tiles, then V's) over an fp8
-// pool (dequantized by its pass); else 0. Local-form plans at head dim 256 run without it too,
-// slower (each segment's query rebuilt in the kernel); the others need it.
+// `kv_dtype`: [64][head_dim] per key tile of the schedule and KV head, for K where the key pass
+// positions it (detail::positioned_keys), for K and V (K's tiles, then V's) over an fp8 pool
+// (dequantized by its pass); else 0. Local-form plans run without it too, slower (each segment's
+// query rebuilt in the kernel); raw-form and fp8 ones need it.
 inline std::int64_t prefill_tile_elems(const PrefillArgs& args, const DevicePlan& plan,
                                        DType kv_dtype) {
   const bool fp8 = kv_dtype == DType::kFloat8E4M3;
@@ -250,12 +250,12 @@ inline void prefill(const PrefillArgs& args, const DevicePool& pool, const Devic
   const PrefillKernel chosen =
       resolve_prefill_kernel(args, plan, rope, kv_dtype, scratch.tiles_elems);
   const bool wgmma = chosen == PrefillKernel::kWgmmaWs;
-  // The Hopper kernel's tile scratch (raw-form K rotated, every K tile positioned, or fp8 K/V
-  // dequantized), or 0; head dim 256's positioned K where the caller's scratch has room.
+  // The Hopper kernel's tile scratch (every K tile positioned, or fp8 K/V dequantized), or 0;
+  // local-form plans take positioned K where the caller's scratch has room.
   std::int64_t tile_elems = wgmma ? prefill_tile_elems(args, plan, kv_dtype) : 0;
-  if (tile_elems > scratch.tiles_elems) tile_elems = 0;  // (a local-form plan at head dim 256)
+  if (tile_elems > scratch.tiles_elems) tile_elems = 0;  // (a local-form plan)
   const bool positioned = tile_elems > 0 && detail::positioned_keys(args, plan, kv_dtype);
-  // The Hopper kernel reads whole tiles of 16-bit pages, and raw-form K tiles of the raw-key
+  // The Hopper kernel reads whole tiles of 16-bit pages, and positioned K tiles of the key
   // pass's scratch, with the TMA at head dims 64 and 128 (fp8 pools read their scratch; head
   // dim 256, page sizes under 8 and drivers without tensor maps gather with cp.async).
   if (wgmma && !fp8 && ap.head_dim != 256) {
@@ -266,11 +266,11 @@ inline void prefill(const PrefillArgs& args, const DevicePool& pool, const Devic
                                          geo.head_dim, geo.page_size, geo.num_kv_heads,
                                          geo.num_pages, run);
     };
-    // Run maps for the paged builds that read them (the raw builds at the same head dim get
-    // them too: which build runs is chosen below).
+    // Run maps for the paged builds that read them (the positioned builds at the same head dim
+    // get them too: which build runs is chosen below).
     bool ok = maps(false) &&
               (!detail::loader_run_maps(detail::KvTiles::kPages, ap.head_dim) || maps(true));
-    if (ok && tile_elems > 0)  // raw-form K tiles (not fp8: excluded above)
+    if (ok && tile_elems > 0)  // positioned K tiles (not fp8: excluded above)
       ok = detail::encode_scratch_map(&p.tile_k_map, scratch.tiles, ap.head_dim,
                                       tile_elems / ap.head_dim);
     p.kv_tma = ok ? 1 : 0;
@@ -314,18 +314,13 @@ inline void prefill(const PrefillArgs& args, const DevicePool& pool, const Devic
               // overlapping it asks for, so an SM need not change its split between the two.
               prepare_kernel(kernel, 0);
               dim3 grid(static_cast<unsigned>(sv.num_tiles),
-                        static_cast<unsigned>(detail::kTileKeys / detail::kRawPassRows<D>));
-              kernel<<<grid, detail::kRawPassThreads, 0, stream>>>(p);
+                        static_cast<unsigned>(detail::kTileKeys / detail::kKeyPassRows<D>));
+              kernel<<<grid, detail::kKeyPassThreads, 0, stream>>>(p);
               LAZYATTN_CUDA_CHECK_LAUNCH();
             };
             // fp8: every tile dequantized, raw K rotated too (prefill/fp8_tiles.cuh); 16-bit:
-            // the raw-form K tiles rotated once for every query tile, or every K tile
-            // positioned (prefill/raw_keys.cuh).
-            if (positioned) {
-              launch_pass(detail::rotate_key_tiles_kernel<T, D, true>);
-            } else if (!fp8) {
-              launch_pass(detail::rotate_key_tiles_kernel<T, D>);
-            }
+            // every K tile positioned (prefill/key_pass.cuh).
+            if (!fp8) launch_pass(detail::rotate_key_tiles_kernel<T, D>);
             else if (args.rope && plan.has_raw_segments())
               launch_pass(detail::dequantize_tiles_kernel<T, D, true>);
             else launch_pass(detail::dequantize_tiles_kernel<T, D, false>);
@@ -343,29 +338,21 @@ inline void prefill(const PrefillArgs& args, const DevicePool& pool, const Devic
                 LAZYATTN_CUDA_CHECK_LAUNCH();
               }
             };
-            // Builds: local (and absolute) form alone or raw tiles too, one segment per request
-            // or more, rotate-half over all dims or any layout, and RoPE off. At head dim 256 the
-            // query side reads the layout at run time in every build (wgmma_query_tile). Plans
-            // with raw segments take the builds over segments even where every request has one
-            // (raw documents' encodings): with raw tiles the one-segment form measured slower
-            // (docs/06-cuda.md).
+            // Builds: over pages (local and absolute form), one segment per request or more,
+            // rotate-half over all dims or any layout, and RoPE off; over positioned K (raw-form
+            // plans, local ones over segments at head dims 64 and 256: the one-segment builds);
+            // over fp8 tiles. At head dim 256 the query side reads the layout at run time in
+            // every build (wgmma_query_tile). fp8 plans with raw segments take the builds over
+            // segments (their pass rotates raw K into local form).
             const bool any = D != 256 && (rope.view().rotary_dim != D || rope.view().interleaved != 0);
-            const bool raw = plan.has_raw_segments();
-            const bool one = !raw && plan.single_segment_requests();
+            const bool one = !plan.has_raw_segments() && plan.single_segment_requests();
             using detail::prefill_wgmma_kernel;
             using detail::KvTiles;
-            // fp8 pools: every tile from the dequantized scratch, raw ones rotated there already.
             auto launch_rope = [&](auto any_layout, auto kv) {  // the RoPE builds of one query path
               constexpr bool kAny = decltype(any_layout)::value;
               constexpr KvTiles kKv = decltype(kv)::value;
-              constexpr KvTiles kRawKv = kKv == KvTiles::kScratch ? kKv : KvTiles::kRawScratch;
               if (one) launch_wgmma(prefill_wgmma_kernel<T, D, true, true, kKv, kAny>);
-              else if (raw) {  // (16-bit raw tiles: positioned, above)
-                if constexpr (kKv == KvTiles::kScratch)
-                  launch_wgmma(prefill_wgmma_kernel<T, D, true, false, kRawKv, kAny>);
-              } else {
-                launch_wgmma(prefill_wgmma_kernel<T, D, true, false, kKv, kAny>);
-              }
+              else launch_wgmma(prefill_wgmma_kernel<T, D, true, false, kKv, kAny>);
             };
             auto launch_kv = [&](auto kv) {
               constexpr KvTiles kKv = decltype(kv)::value;

@@ -40,8 +40,8 @@ struct PrefillParams {
   float* partial_o = nullptr;    // [kv_splits][num_queries * num_qo_heads][head_dim]
   float* partial_lse = nullptr;  // [kv_splits][num_queries * num_qo_heads], log2 units
   // The Hopper kernel's tile scratch, [tile][kv head][64][head_dim] 16-bit elements each, written
-  // by a pass before it: tile_k holds raw-form K tiles rotated to local form
-  // (prefill/raw_keys.cuh), or over fp8 pools every K tile dequantized (and rotated where raw) and
+  // by a pass before it: tile_k holds every K tile rotated to its position in the request
+  // (prefill/key_pass.cuh), or over fp8 pools every K tile dequantized (and rotated where raw) and
   // tile_v every V tile dequantized (prefill/fp8_tiles.cuh); null where the kernel reads pages.
   void* tile_k = nullptr;
   void* tile_v = nullptr;
@@ -64,12 +64,13 @@ struct PrefillParams {
 
 namespace detail {
 
-// Where the Hopper kernel's loading warpgroup reads a K/V tile: from the pool's pages; raw-form
-// tiles' K from tile_k (rotated by the raw-key pass), the rest from pages; every tile's K and V
-// from tile_k and tile_v (fp8 pools, dequantized by their pass); or every tile's K from tile_k,
-// rotated there to its position in the request by the key pass, and V from the pages
-// (kPositionedK: head dim 256 over more than one segment, prefill/raw_keys.cuh says why).
-enum class KvTiles : int { kPages, kRawScratch, kScratch, kPositionedK };
+// Where the Hopper kernel's loading warpgroup reads a K/V tile: from the pool's pages; every
+// tile's K and V from tile_k and tile_v (fp8 pools, dequantized by their pass); or every tile's K
+// from tile_k, rotated there to its position in the request by the key pass, and V from the
+// pages (kPositionedK: raw-form plans, and local ones over segments at head dims 64 and 256;
+// prefill/key_pass.cuh says why). (1 was raw tiles' K alone from a scratch, in local form: the
+// values stay, and with them the kernels' names.)
+enum class KvTiles : int { kPages = 0, kScratch = 2, kPositionedK = 3 };
 
 // Whether the Hopper kernel's loader reads a tile whose pages follow one another in the pool as
 // one TMA box per 64 columns (PrefillParams::k_run_map / v_run_map): the paged builds at head dim

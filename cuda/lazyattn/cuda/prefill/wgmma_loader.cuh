@@ -12,7 +12,7 @@
 #include "lazyattn/cuda/kv_tile.cuh"
 #include "lazyattn/cuda/mbarrier.cuh"
 #include "lazyattn/cuda/prefill/params.cuh"
-#include "lazyattn/cuda/prefill/raw_keys.cuh"
+#include "lazyattn/cuda/prefill/key_pass.cuh"
 #include "lazyattn/cuda/ptx.cuh"
 #include "lazyattn/cuda/tma.cuh"
 #include "lazyattn/cuda/wgmma.cuh"
@@ -23,10 +23,10 @@ namespace lazyattn::cuda::detail {
 // Tiles [tile_begin, tile_end) of KV head kv_head into `stages` ([S][K, V][kTileKeys][D], the
 // blocked layout), by loading thread ltid of 128 (lane ltid % 32); the mbarriers full[stage] and
 // empty[stage] are the 8-byte words at bars + 8 stage and bars + 8 (S + stage).
-//  - kKv (KvTiles): kRawScratch, raw-form tiles' K comes from the raw-key pass's scratch
-//    (prefill/raw_keys.cuh); kPositionedK (head dim 256), every tile's K from that pass's
-//    scratch; kScratch, every tile's K and V from the fp8 pass's (prefill/fp8_tiles.cuh); any
-//    scratch read after its pass's grid has completed (the launch may overlap it).
+//  - kKv (KvTiles): kPositionedK, every tile's K from the key pass's scratch
+//    (prefill/key_pass.cuh); kScratch, every tile's K and V from the fp8 pass's
+//    (prefill/fp8_tiles.cuh); either read after its pass's grid has completed (the launch may
+//    overlap it).
 //  - The hand-over: until the computing warps' prologue has read them, stages 2 and 3 hold its
 //    raw query and tables (kStagesShared), so the warpgroup passes the prologue's CTA barriers
 //    with them before its third tile: the one after the tables' inputs (kTablesBarrier: the
@@ -103,8 +103,8 @@ __device__ __forceinline__ void wgmma_load_kv(const PrefillParams& p, T* stages,
       continue;
     }
     // A whole tile (p.kv_tma): warp 0's lanes issue its boxes to the TMA, one per page, KV
-    // head and 64 columns of K and of V (box rows: a page, at most 64); a raw-form tile's K
-    // (kRawScratch) comes from the raw-key pass's scratch instead, in D / 64 boxes of its 64
+    // head and 64 columns of K and of V (box rows: a page, at most 64); positioned K
+    // (kPositionedK) comes from the key pass's scratch instead, in D / 64 boxes of its 64
     // rows. Thread 0 expects the tile's bytes on the stage's mbarrier; the other threads arrive.
     // A tile with fewer rows keeps the cp.async gather below, whose zero-filled rows past the
     // tile keep stale or unwritten rows of V (NaN x 0) out of P V. Head dims 64 and 128: at 256
@@ -114,9 +114,7 @@ __device__ __forceinline__ void wgmma_load_kv(const PrefillParams& p, T* stages,
         constexpr std::uint32_t kTileBytes = 2 * kTileKeys * D * sizeof(T);  // K and V
         if (ltid == 0) ptx::mbarrier_arrive_expect_tx(full_bar(stage), kTileBytes);
         else ptx::mbarrier_arrive(full_bar(stage));
-        [[maybe_unused]] const bool k_scratch =
-            kKv == KvTiles::kPositionedK ||
-            (kKv == KvTiles::kRawScratch && ti.form == static_cast<std::int32_t>(StorageForm::kRaw));
+        constexpr bool k_scratch = kKv == KvTiles::kPositionedK;
         const int rows_log2 = p.page_size_log2 < 6 ? p.page_size_log2 : 6;
         if constexpr (kLoaderRunMaps<kKv, D>) {
           // Warp 0: lane j < npages reads the tile's page id j. Pages that follow one another
@@ -162,15 +160,15 @@ __device__ __forceinline__ void wgmma_load_kv(const PrefillParams& p, T* stages,
                 p.plan.page_ids[ti.page_base + (ti.key0 >> p.page_size_log2) + page_in];
             const int at = col_block * (kTileKeys * 64) + (page_in << rows_log2) * 64;
             const int slot0 = ti.key0 & slot_mask;  // 0 unless a page holds several tiles
-            if (!k_scratch)
+            if constexpr (!k_scratch)
               ptx::tma_load_4d(ptx::smem_addr(ks + at), &p.k_map, full_bar(stage),
                                64 * col_block, slot0, kv_head, page);
             ptx::tma_load_4d(ptx::smem_addr(vs + at), &p.v_map, full_bar(stage), 64 * col_block,
                              slot0, kv_head, page);
           }
         }
-        if constexpr (kKv == KvTiles::kRawScratch || kKv == KvTiles::kPositionedK) {
-          if (k_scratch && ltid >= 32 && ltid < 32 + D / 64) {  // warp 1: the scratch's K boxes
+        if constexpr (k_scratch) {
+          if (ltid >= 32 && ltid < 32 + D / 64) {  // warp 1: the scratch's K boxes
             const int col_block = ltid - 32;
             ptx::tma_load_2d(ptx::smem_addr(ks + col_block * (kTileKeys * 64)), &p.tile_k_map,
                              full_bar(stage), 64 * col_block,
@@ -197,13 +195,10 @@ __device__ __forceinline__ void wgmma_load_kv(const PrefillParams& p, T* stages,
     const int key_r = ti.key0 + row_in;
     const int left = ti.rows - row_in;  // rows of the tile from row_in on
     const int page0 = ti.key0 >> p.page_size_log2;
-    // A raw tile's K (every tile's, kPositionedK) comes from the scratch the key pass rotated
-    // it into (contiguous rows): k_rows is its row row_in, chunk `chunk`, or null for a tile
-    // read from its pages. (One loop for both kinds, the K address picked per row.)
+    // Positioned K (kPositionedK) comes from the scratch the key pass rotated it into
+    // (contiguous rows): k_rows is its row row_in, chunk `chunk`.
     [[maybe_unused]] const T* k_rows =
-        kKv == KvTiles::kPositionedK ||
-                (kKv == KvTiles::kRawScratch &&
-                 ti.form == static_cast<std::int32_t>(StorageForm::kRaw))
+        kKv == KvTiles::kPositionedK
             ? static_cast<const T*>(p.tile_k) + scratch_tile(p, tile, kv_head, D) +
                   row_in * D + chunk * 8
             : nullptr;
@@ -226,9 +221,6 @@ __device__ __forceinline__ void wgmma_load_kv(const PrefillParams& p, T* stages,
         if constexpr (kKv == KvTiles::kPositionedK) {
           ptx::cp_async_16(ptx::smem_addr(ks + at), k_rows + kPass * i * D + sub * kSubElems,
                            valid);
-        } else if constexpr (kKv == KvTiles::kRawScratch) {
-          const T* k_src = k_rows ? k_rows + kPass * i * D + sub * kSubElems : k_head + off_s;
-          ptx::cp_async_16(ptx::smem_addr(ks + at), k_src, valid);
         } else {
           ptx::cp_async_16(ptx::smem_addr(ks + at), k_head + off_s, valid);
         }

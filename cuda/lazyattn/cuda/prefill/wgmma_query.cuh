@@ -361,7 +361,7 @@ __device__ __forceinline__ void wgmma_segment_query_any(std::uint32_t (&qf)[D / 
 // Head dim 256 (the query in shared memory): rows [64 wg, 64 wg + 64) of the CTA's query tile,
 // R(m - s) q scaled and rounded once, into q_op (blocked_swizzle layout: wgmma's A operand),
 // from the raw query in global memory; rows from rows_here on zero. The work items are the
-// raw-key pass's (prefill/raw_keys.cuh): a chunk of 8 rotate-half first members with the chunk
+// key pass's (prefill/key_pass.cuh): a chunk of 8 rotate-half first members with the chunk
 // of their partners, a chunk of 4 interleaved pairs, or a chunk past the rotary dims (scaled by
 // pass_scale alone; every chunk with rope false). Query i = row / G of the CTA takes the angle of
 // the coarse table's row i / 16 - a0 combined with the offset table's row i % 16 (row 0 of both

@@ -5,8 +5,8 @@
 // head. docs/06-cuda.md ("The Hopper kernel") describes it in full, with the measurements
 // behind each choice. In short:
 //  - Warpgroup 2 loads the K/V tiles through a ring of stages (prefill/wgmma_loader.cuh);
-//    raw-form K and fp8 tiles come ready from a pass before the kernel (prefill/raw_keys.cuh,
-//    prefill/fp8_tiles.cuh), so the computing warpgroups treat every form alike.
+//    positioned K (raw-form plans; local ones over segments at head dims 64 and 256) and fp8
+//    tiles come ready from a pass before the kernel (prefill/key_pass.cuh, fp8_tiles.cuh).
 //  - The query is wgmma's A operand from registers, rotated once per CTA to R(m) q in fp32
 //    (wgmma_query.cuh); a segment starting at s takes R(-s) of it, built between two segments'
 //    runs of tiles (at head dim 64 in the local form, under the last tile's wgmmas), so the
@@ -27,7 +27,7 @@
 #include "lazyattn/cuda/mbarrier.cuh"
 #include "lazyattn/cuda/prefill/io.cuh"
 #include "lazyattn/cuda/prefill/params.cuh"
-#include "lazyattn/cuda/prefill/raw_keys.cuh"
+#include "lazyattn/cuda/prefill/key_pass.cuh"
 #include "lazyattn/cuda/prefill/wgmma_loader.cuh"
 #include "lazyattn/cuda/prefill/wgmma_query.cuh"
 #include "lazyattn/cuda/ptx.cuh"
@@ -46,8 +46,6 @@ template <class T, int kD, bool kRope, bool kOneSeg = false, KvTiles kKv = KvTil
 __global__ void __launch_bounds__(kWgmmaWsThreads, 1)
     prefill_wgmma_kernel(const __grid_constant__ PrefillParams p) {
   static_assert(!kOneSeg || kRope, "the one-segment form rotates its query once");
-  static_assert(kKv != KvTiles::kRawScratch || (kRope && !kOneSeg),
-                "raw tiles: the RoPE build over segments");
   static_assert(!kAnyRotary || kRope, "other layouts: a RoPE build");
   static_assert(kKv != KvTiles::kPositionedK || (kRope && kOneSeg), "kPositionedK");
   using Shape = WgmmaPrefillShape<kD>;
@@ -58,11 +56,11 @@ __global__ void __launch_bounds__(kWgmmaWsThreads, 1)
   constexpr int S = Shape::kRing;
   constexpr int KSteps = D / 16;
   constexpr int kHalf = D / 2;  // the tables' row stride in pairs (rotary_dim <= D)
-  // The loading warpgroup's registers: 24; 40 where it picks raw tiles' K from the scratch and 32
-  // where it checks for runs of pages (at 24 both spilled). The computing warpgroups share the
-  // rest of 3 x 168, rounded down to a multiple of 8 (240 or 232).
-  constexpr int kLoadRegs = kKv == KvTiles::kRawScratch || (kKv == KvTiles::kPositionedK && kD != 256)
-                                ? 40 : kLoaderRunMaps<kKv, kD> ? 32 : 24;
+  // The loading warpgroup's registers: 24; 40 where it takes positioned K by the TMA (as raw
+  // tiles' once, which spilled at 24) and 32 where it checks for runs of pages. The computing
+  // warpgroups share the rest of 3 x 168, rounded down to a multiple of 8 (240 or 232).
+  constexpr int kLoadRegs =
+      kKv == KvTiles::kPositionedK && kD != 256 ? 40 : kLoaderRunMaps<kKv, kD> ? 32 : 24;
   constexpr int kComputeRegs = (3 * 168 - kLoadRegs) / 2 / 8 * 8;
   extern __shared__ __align__(1024) unsigned char smem[];
   if ((ptx::smem_addr(smem) & 1023u) != 0) __trap();  // the swizzle keys on address bits

@@ -1,24 +1,24 @@
-// The Hopper prefill's key pass: before the attention kernel, K tiles of the plan are rotated once
-// into a scratch of [tile][kv head][64][head dim], from which the kernel's loading warpgroup reads
-// them as it reads pages. V stays in the pool.
-//  - Raw-form tiles (every head dim): into local form, R(key0 + row) k, what a local-form page
-//    holds for the key at offset key0 + row of its segment.
-//  - kPositioned (head dim 256, requests of more than one segment or raw ones): every tile, into
-//    its position in the request, R(s + key0 + row) k for a segment starting at s (a local-form
-//    key R(key0 + row) k is turned by R(s) alone, an absolute-form tail's copied). The kernel
-//    then rotates its query once, R(m) q, as over one segment starting at 0.
+// The Hopper prefill's key pass: before the attention kernel, every K tile of the plan is rotated
+// once to its position in the request, into a scratch of [tile][kv head][64][head dim] from which
+// the kernel's loading warpgroup reads it (KvTiles::kPositionedK); V stays in the pool. A raw key
+// at offset j of a segment starting at s becomes R(s + j) k; a local-form key R(j) k is turned by
+// R(s) alone; an absolute-form tail's key (its start 0) is copied. The kernel then rotates its
+// query once, R(m) q, and runs the loop of one segment starting at 0, with no rotation between
+// segments. This is the eager baseline's re-encoding, done per call into the workspace; the
+// store keeps its one position-free copy. Where it runs (launch.cuh, positioned_keys): raw-form
+// plans, and local-form plans over segments at head dims 64 and 256.
 //
-// Why a pass of its own: every query tile of a request reads all of its key tiles, so a rotation
-// inside the attention kernel is done once per query tile (16 times per tile at the RAG tail, up
-// to 256 times in a 16384-token encoding), by the loading warpgroup's four warps. Done there
-// (rotate in shared memory after the copies land, 56 registers), the raw form ran 62-79% over
-// RoPE off on the H200: the loader, issue-bound on the rotation, starved the matrix units. Once
-// per tile, the pass reads and writes the raw K once (36 MB at the RAG tail).
-// Why kPositioned at head dim 256: its query tile (64 KiB) lives in shared memory with no room for
-// the raw query, so over several segments each segment's R(m - s) q was rebuilt from global
-// memory between two runs of tiles, with both warpgroups' matrix work stopped: +35% over RoPE off
-// at the RAG tail (17 segments per CTA). The pass costs one read and write of K instead (71 MB at
-// the RAG tail), after which the kernel runs the one-segment loop.
+// Why a pass of its own for raw keys: every query tile of a request reads all of its key tiles,
+// so a rotation inside the attention kernel is done once per query tile (16 times per tile at the
+// RAG tail, up to 256 times in a 16384-token encoding), by the loading warpgroup's four warps.
+// Done there (rotate in shared memory after the copies land, 56 registers), the raw form ran
+// 62-79% over RoPE off on the H200: the loader, issue-bound on the rotation, starved the matrix
+// units. Once per tile, the pass reads and writes K once (36 MB each way at the RAG tail, head
+// dim 128). Why local-form keys too: over several segments the kernel otherwise rebuilds the
+// query for each segment between two runs of tiles, which cost +26% over RoPE off at head dim 64
+// and +35% at 256 on the RAG tail (17 segments per CTA; at 256 the query lives in shared memory
+// with no room for the raw query), against +7% at 128, where the pass would cost more than the
+// rebuild (docs/performance.md, "K positioned by the key pass").
 #pragma once
 
 #include <cuda_runtime.h>
@@ -33,7 +33,7 @@
 
 namespace lazyattn::cuda::detail {
 
-inline constexpr int kRawPassThreads = 128;
+inline constexpr int kKeyPassThreads = 128;
 
 // The request whose key tiles hold `tile` (the prefill schedule's one work item per request).
 __device__ __forceinline__ int request_of_tile(const PrefillParams& p, int tile) {
@@ -54,35 +54,36 @@ __device__ __forceinline__ std::int64_t scratch_tile(const PrefillParams& p, int
 }
 
 // Rows of a tile one CTA of the pass takes (16 at head dim 128, 32 at 64: 128 or 256 work items
-// of 16 bytes per KV head), so a tile's rows spread over 64 / kRawPassRows CTAs.
+// of 16 bytes per KV head), so a tile's rows spread over 64 / kKeyPassRows CTAs.
 template <int D>
-inline constexpr int kRawPassRows = 16 * 128 / D;
+inline constexpr int kKeyPassRows = 16 * 128 / D;
 
-// Grid (tile, row group); tiles of other forms return at once. A thread takes one 16-byte work
+// Grid (tile, row group). A thread takes one 16-byte work
 // item of a row (rotate-half: a chunk of 8 first members and the chunk of their partners, 8
 // pairs; interleaved: a chunk of 4 pairs; past the rotary dims a chunk to copy) in every KV head:
 // the item's angles are the same in every head, so it computes them once, then loads the item of
 // kHeads heads at a time (independent 16-byte loads, all in flight together), rotates them in
-// fp32 and stores them rounded once. A key's angle is the exact one of key0 + 16 (row / 16)
-// combined with the offset table's row row % 16, as the local form's pages are written. Rows past
-// the tile's keys are not written (the kernel does not read them).
+// fp32 and stores them rounded once. A raw key's angle is the exact one of s + key0 + 16 (row /
+// 16) combined with the offset table's row row % 16, as the local form's pages are written; a
+// local-form key's the exact one of s. Rows past the tile's keys are not written (the kernel does
+// not read them).
 // Measured at the RAG tail (1088 CTAs of one tile and KV head each, Nsight Compute): with the
 // angle tables in shared memory, built per CTA (so once per KV head), 23.5 us, L1-bound (83%);
 // with the offset table read from global memory at each use, 28 us (L1 89%, DRAM 14%).
-template <class T, int D, bool kPositioned = false>
-__global__ void __launch_bounds__(kRawPassThreads)
+template <class T, int D>
+__global__ void __launch_bounds__(kKeyPassThreads)
     rotate_key_tiles_kernel(const __grid_constant__ PrefillParams p) {
   // The attention kernel after this pass may start launching (its loading warpgroup waits for
   // this grid before it reads the scratch; prefill/launch.cuh).
   ptx::launch_dependents();
-  constexpr int kRows = kRawPassRows<D>;
+  constexpr int kRows = kKeyPassRows<D>;
   constexpr int kChunks = D / 8;
   constexpr int kHeads = 4;  // heads whose loads are in flight together
   const int tile = blockIdx.x, tid = threadIdx.x;
   const TileInfo ti = p.sched.tiles[tile];
   const int row0 = kRows * static_cast<int>(blockIdx.y);
   const bool raw = ti.form == static_cast<std::int32_t>(StorageForm::kRaw);
-  if ((!kPositioned && !raw) || ti.rows <= row0) return;
+  if (ti.rows <= row0) return;
   const int rot_half = p.rope.rotary_dim / 2;
   const bool interleaved = p.rope.interleaved != 0;
   const int rope_set = p.rope.per_request ? request_of_tile(p, tile) : 0;
@@ -99,7 +100,7 @@ __global__ void __launch_bounds__(kRawPassThreads)
   // Head 0's scratch tile; head h's is h x kTileKeys x D elements on.
   T* const out_tile = static_cast<T*>(p.tile_k) + scratch_tile(p, tile, 0, D);
   constexpr std::int64_t kOutHead = static_cast<std::int64_t>(kTileKeys) * D;
-  for (int i = tid; i < rows * items; i += kRawPassThreads) {
+  for (int i = tid; i < rows * items; i += kKeyPassThreads) {
     const int r = row0 + i / items, u = i % items, key = ti.key0 + r;
     const int page = p.plan.page_ids[ti.page_base + (key >> p.page_size_log2)];
     const std::int64_t src_row = static_cast<std::int64_t>(page) * p.page_stride +
@@ -111,14 +112,13 @@ __global__ void __launch_bounds__(kRawPassThreads)
     const int x_at = 8 * c, y_at = pairs_half ? rot_half + 8 * u : 8 * c;
     const bool rotary = pairs_half || 8 * c < 2 * rot_half;
     // The item's cos/sin: 8 pairs (rotate-half: j = 8u + w) or 4 (interleaved: j = 4c + w). A
-    // raw key's angle is its position's (plus the segment's start, kPositioned); a local-form
-    // key's (kPositioned) the segment's start alone.
+    // raw key's angle is its position's, a local-form key's its segment's start alone.
     float2 cs[8];
     if (rotary) {
       const int j0 = pairs_half ? 8 * u : 4 * c;
       const int npairs = pairs_half ? 8 : 4;
       const std::int64_t coarse_pos =
-          (kPositioned ? ti.seg_start : 0) + (raw ? ti.key0 + 16 * (r / 16) : 0);
+          ti.seg_start + (raw ? ti.key0 + 16 * (r / 16) : 0);
       const float2* fine = offsets + (r % 16) * rot_half + j0;
 #pragma unroll
       for (int w = 0; w < 8; ++w) {
