@@ -86,9 +86,9 @@ void check_prefill(const test::ref::Scenario& sc, bool reversed_pages = false) {
       }
     }
   }
-  // Without a workspace (no tile scratch): at head dim 256, local-form plans over several
-  // segments rebuild each segment's query in the kernel instead of reading keys the key pass
-  // positioned; raw-form plans take the mma.sync kernel.
+  // Without a workspace (no tile scratch): at head dims 64 and 256, local-form plans over
+  // several segments rebuild each segment's query in the kernel instead of reading keys the key
+  // pass positioned; raw-form plans take the mma.sync kernel.
   if (spec.head_dim != 128) {
     ds.prefill_kernel = cuda::PrefillKernel::kAuto;
     ds.prefill_workspace = false;
@@ -359,11 +359,10 @@ TEST_CASE("the wgmma prefill kernel on requests of more segments than its table 
   }
 }
 
-// The local form's rotate-half build at head dim 64 keeps a table of the segments' query
-// rotations too (a pair per entry, 64 segments) and builds the next run's query under the wgmmas
-// of a run's last tile: CTAs whose tiles span 64 segments (63 documents and the tail) take the
-// table, 71 the rebuild between runs.
-TEST_CASE("the wgmma prefill kernel at head dim 64 on more segments than its rotate-half table holds",
+// The local form's rotate-half layout at head dim 64 over CTAs whose tiles span 64 and 71
+// segments (63 and 70 documents and the tail): K positioned by the key pass, and without a
+// workspace (check_prefill) the query rebuilt between every two runs of tiles.
+TEST_CASE("the wgmma prefill kernel at head dim 64 on requests of 64 and 71 segments",
           "[cuda][prefill][hopper]") {
   int i = 0;
   for (int docs : {63, 70}) {
@@ -661,7 +660,9 @@ TEST_CASE("prefill's kernel choice: kAuto takes wgmma_ws where it applies, kWgmm
   CHECK(choose(256, StorageForm::kLocal, d256, K::kWgmmaWs, true, 0) == K::kWgmmaWs);
   CHECK_THROWS_WITH(choose(256, StorageForm::kRaw, d256, K::kWgmmaWs, true, 0),
                     Catch::Contains("no tile scratch to rotate them into"));
-  std::int64_t elems128 = -1;
+  std::int64_t elems64 = -1, elems128 = -1;
+  choose(64, StorageForm::kLocal, d64, K::kAuto, true, -1, DType::kBFloat16, &elems64);
+  CHECK(elems64 == 2 * 64 * Hk * 64);  // head dim 64's local form over segments: positioned too
   choose(128, StorageForm::kLocal, full, K::kAuto, true, -1, DType::kBFloat16, &elems128);
   CHECK(elems128 == 0);
   CHECK_THROWS_WITH(choose(128, StorageForm::kLocal, full, static_cast<K>(7), true),

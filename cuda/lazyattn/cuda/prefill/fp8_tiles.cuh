@@ -1,10 +1,11 @@
 // The Hopper prefill over fp8 (e4m3) pools: before the attention kernel, a pass dequantizes
 // every K and V tile of the plan (code x its KV head's scale, rounded once to the queries' 16-bit
 // type) into the tile scratch [tile][kv head][64][head dim] (PrefillParams::tile_k, tile_v), and
-// rotates raw-form K tiles to local form on the way (R(key0 + row) k; the 16-bit pools' key pass,
-// prefill/key_pass.cuh, positions every tile instead). The attention kernel's loading warpgroup then reads every tile from the
-// scratch (KvTiles::kScratch), so the computing warpgroups run the 16-bit kernel's code unchanged
-// and the accuracy is the 16-bit kernel's over the fp8 values.
+// rotates raw-form K tiles to local form on the way (R(key0 + row) k; the 16-bit pools' key
+// pass, prefill/key_pass.cuh, positions every tile instead). The attention kernel's loading
+// warpgroup then reads every tile from the scratch (KvTiles::kScratch), so the computing
+// warpgroups run the 16-bit kernel's code unchanged and the accuracy is the 16-bit kernel's over
+// the fp8 values.
 //
 // Floor, written before any measurement (docs/06-cuda.md): the pass reads each tile's codes once
 // and writes them in 16 bits (3 bytes per element); at the RAG tail (136 key tiles x 8 KV heads x

@@ -49,8 +49,8 @@ struct PrefillScratch {
 
 // The prefill kernels: the FlashAttention-2-style mma.sync kernel (every head dim, form and
 // rotary layout, any architecture from sm_80) and the Hopper kernel (warpgroup MMA, a loading
-// warpgroup and two computing ones: head dims 64, 128 and 256, every form and rotary layout). Value 2
-// was a Hopper kernel without the loading warpgroup, retired as slower.
+// warpgroup and two computing ones: head dims 64, 128 and 256, every form and rotary layout).
+// Value 2 was a Hopper kernel without the loading warpgroup, retired as slower.
 enum class PrefillKernel : std::uint8_t { kAuto = 0, kMmaSync = 1, kWgmmaWs = 3 };
 
 inline const char* to_string(PrefillKernel k) {
@@ -97,6 +97,12 @@ inline bool positioned_keys(const PrefillArgs& args, const DevicePlan& plan, DTy
   if (plan.has_raw_segments()) return true;
   return args.params.head_dim != 128 && !plan.single_segment_requests();
 }
+// Whether the Hopper kernel cannot run without its tile scratch: over an fp8 pool (dequantized
+// there), or over raw-form keys with RoPE (positioned there). Local-form plans that would take
+// positioned K run without it, slower.
+inline bool tiles_required(const PrefillArgs& args, const DevicePlan& plan, DType kv_dtype) {
+  return kv_dtype == DType::kFloat8E4M3 || (args.rope && plan.has_raw_segments());
+}
 }  // namespace detail
 
 // 16-bit elements of tile scratch the Hopper kernel takes for `plan` with `args` over a pool of
@@ -107,9 +113,7 @@ inline bool positioned_keys(const PrefillArgs& args, const DevicePlan& plan, DTy
 inline std::int64_t prefill_tile_elems(const PrefillArgs& args, const DevicePlan& plan,
                                        DType kv_dtype) {
   const bool fp8 = kv_dtype == DType::kFloat8E4M3;
-  if (!fp8 && (!args.rope || !plan.has_raw_segments()) &&
-      !detail::positioned_keys(args, plan, kv_dtype))
-    return 0;
+  if (!fp8 && !detail::positioned_keys(args, plan, kv_dtype)) return 0;
   std::int64_t n = plan.schedule().num_tiles;
   for (std::int64_t f : {std::int64_t{args.params.num_kv_heads}, std::int64_t{detail::kTileKeys},
                          std::int64_t{args.params.head_dim}, std::int64_t{fp8 ? 2 : 1}})
@@ -127,9 +131,8 @@ inline const char* wgmma_prefill_mismatch(const PrefillArgs& args, const DeviceP
                                           const DeviceRope&, DType kv_dtype,
                                           std::int64_t tile_room = -1) {
   if (!detail::wgmma_prefill_head_dim(args.params.head_dim)) return "head_dim is not 64, 128 or 256";
-  // (Local-form plans run without the scratch they would take at head dim 256.)
-  const bool needs_tiles = kv_dtype == DType::kFloat8E4M3 || (args.rope && plan.has_raw_segments());
-  if (needs_tiles && tile_room >= 0 && tile_room < prefill_tile_elems(args, plan, kv_dtype))
+  if (detail::tiles_required(args, plan, kv_dtype) && tile_room >= 0 &&
+      tile_room < prefill_tile_elems(args, plan, kv_dtype))
     return kv_dtype == DType::kFloat8E4M3
                ? "the pool is float8_e4m3 and there is no tile scratch to dequantize it into "
                  "(PrefillScratch::tiles of prefill_tile_elems, or a PrefillWorkspace)"

@@ -9,10 +9,10 @@
 //    tiles come ready from a pass before the kernel (prefill/key_pass.cuh, fp8_tiles.cuh).
 //  - The query is wgmma's A operand from registers, rotated once per CTA to R(m) q in fp32
 //    (wgmma_query.cuh); a segment starting at s takes R(-s) of it, built between two segments'
-//    runs of tiles (at head dim 64 in the local form, under the last tile's wgmmas), so the
-//    loop over a run has no RoPE code. kOneSeg rotates straight to R(m - s) once. Head dim 256
-//    (kQSmem) keeps the query in shared memory: rebuilt per segment from global memory, or,
-//    over keys the key pass positioned (kPositionedK), built once as over one segment at 0.
+//    runs of tiles, so the loop over a run has no RoPE code. kOneSeg rotates straight to
+//    R(m - s) once; over keys the key pass positioned (kPositionedK) that is R(m), one segment
+//    at 0. Head dim 256 (kQSmem) keeps the query in shared memory, rebuilt per segment from
+//    global memory.
 //  - S(j) and P(j-1) V(j-1) go back to back (tile j's softmax under P V); the computing
 //    warpgroups take turns issuing.
 #pragma once
@@ -68,9 +68,9 @@ __global__ void __launch_bounds__(kWgmmaWsThreads, 1)
   float2* q_pre = reinterpret_cast<float2*>(smem + Shape::kQPre);
   uint4* q_frag = reinterpret_cast<uint4*>(smem + Shape::kQFrag);
   float2* cs_seg = reinterpret_cast<float2*>(smem + Shape::kCsSeg);  // [wg][pair]
-  // kSegTable: R(-s) of every segment of the CTA's tiles, [segment - seg0][dim] in the other
-  // rotary layouts, [segment - seg0][pair] in rotate-half, in q_frag's space (only the
-  // one-segment builds use q_frag); else, other layouts, [wg][dim]: each warpgroup's segment.
+  // [segment - seg0][dim] (the other rotary layouts, kSegTable): R(-s) of every segment of the
+  // CTA's tiles, in q_frag's space (only the one-segment builds use q_frag), when they are at
+  // most kSegTableRows; else [wg][dim], each warpgroup's current segment.
   float2* seg_table = reinterpret_cast<float2*>(smem + Shape::kQFrag);
   float2* cs_q = reinterpret_cast<float2*>(smem + Shape::kCsQ);      // [8][pair]
   float2* cs_off = reinterpret_cast<float2*>(smem + Shape::kCsOff);  // [16][pair]
@@ -176,19 +176,13 @@ __global__ void __launch_bounds__(kWgmmaWsThreads, 1)
     }
   };
   // The CTA's segments are consecutive (one request's), seg0 the first tile's. In the builds
-  // with a table (kSegTable), when the CTA's tiles span at most kSegTableRows segments, the
-  // prologue computes every segment's R(-s) once for both warpgroups (seg_table: per dim in the
-  // other rotary layouts, per pair in rotate-half), and a rebuild between two runs only rotates
-  // the query; otherwise each rebuild computes its segment's into the warpgroup's row between
-  // two warpgroup barriers (rows 0 and 1 of that space, or cs_seg in rotate-half).
-  // kOverlapRebuild also rotates the next run's query into qf_next under the wgmmas of a run's
-  // last tile (they read qf), copied into qf when the run begins. Where each build stands and
-  // why (A/B, spills) is in docs/06-cuda.md.
-  constexpr bool kOverlapRebuild =
-      kRope && !kOneSeg && !kAnyRotary && kKv == KvTiles::kPages && D == 64;
-  constexpr bool kSegTable = (kAnyRotary && !kOneSeg) || kOverlapRebuild;
-  constexpr int kSegRow = kAnyRotary ? D : kHalf;  // a table row's float2 entries
-  constexpr int kSegTableRows = (D / 16) * kThreads * 16 / (kSegRow * 8);  // 32 or 64
+  // of the other rotary layouts (kSegTable), when the CTA's tiles span at most kSegTableRows
+  // segments, the prologue computes every segment's R(-s) once for both warpgroups (seg_table)
+  // and a rebuild between two runs only rotates the query; otherwise each rebuild computes its
+  // segment's into the warpgroup's row between two warpgroup barriers (rows 0 and 1 of the same
+  // space). Where each build stands and why (A/B) is in docs/06-cuda.md.
+  constexpr bool kSegTable = kAnyRotary && !kOneSeg;
+  constexpr int kSegTableRows = (D / 16) * kThreads * 16 / (D * 8);  // 32 rows of D dims
   [[maybe_unused]] int seg0 = 0;
   [[maybe_unused]] bool use_table = false;
   // The warpgroup's row where the table does not hold the CTA's segments.
@@ -264,8 +258,7 @@ __global__ void __launch_bounds__(kWgmmaWsThreads, 1)
         const std::int64_t start = rotation_start(
             static_cast<StorageForm>(p.plan.segment_form[seg]), p.plan.segment_start[seg]);
         const float2 c = rope_cos_sin(-start, s_turns[i % kHalf]);
-        if constexpr (kAnyRotary) store_pair_dims(seg_table + (i / kHalf) * D, i % kHalf, c);
-        else seg_table[i] = c;  // row i / kHalf, pair i % kHalf
+        store_pair_dims(seg_table + (i / kHalf) * D, i % kHalf, c);
       }
       store_pass_dims(seg_table, nseg);
     } else {
@@ -329,15 +322,11 @@ __global__ void __launch_bounds__(kWgmmaWsThreads, 1)
   };
   // qf = R(-s) (R(m) q) for the segment whose cos/sin are at cs (kRope only). Reads this
   // thread's own q_pre entries: no barrier with the prologue.
-  // dst: qf, or qf_next (the next run's query, built under the last tile's wgmmas).
-  auto build_query_to = [&](auto& dst, const float2* cs) {
+  auto build_query = [&](const float2* cs) {
     if constexpr (kQSmem) return;  // no fragments (build_query_tile); the body must compile
-    else if constexpr (full_half) wgmma_segment_query<T, D>(dst, q_pre, cs, t4, tid);
-    else wgmma_segment_query_any<T, D>(dst, q_pre, cs, t4, tid, p.rope.rotary_dim, interleaved);
+    else if constexpr (full_half) wgmma_segment_query<T, D>(qf, q_pre, cs, t4, tid);
+    else wgmma_segment_query_any<T, D>(qf, q_pre, cs, t4, tid, p.rope.rotary_dim, interleaved);
   };
-  auto build_query = [&](const float2* cs) { build_query_to(qf, cs); };
-  // The next run's query (kOverlapRebuild), copied into qf once the last tile's wgmmas are done.
-  [[maybe_unused]] std::uint32_t qf_next[kQSmem ? 1 : KSteps][4];
   // S = Q K^T for this warpgroup's 64 rows against the tile in ring stage `stage` (issued, not
   // waited for).
   auto issue_qk = [&](float (&s)[32], int stage) {
@@ -451,7 +440,7 @@ __global__ void __launch_bounds__(kWgmmaWsThreads, 1)
     if constexpr (kQSmem) {
       build_query_tile(seg_start);
     } else {
-      const float2* cs = seg_table + (segment - seg0) * kSegRow;
+      const float2* cs = seg_table + (segment - seg0) * D;
       if (!kSegTable || !use_table) {
         wg_barrier();  // the last build's reads of the buffer are done (warpgroup 0 passes no
                        // CTA barrier between the prologue's build and the first run)
@@ -513,28 +502,17 @@ __global__ void __launch_bounds__(kWgmmaWsThreads, 1)
     // query. The loop over a run has no RoPE code and counts to a bound known at its start (a
     // per-tile segment test in the loop is slower per tile).
     int tile = tile_begin + 1, it = 1;
-    [[maybe_unused]] bool prepared = false;  // qf_next holds the query of ti_run's segment
     while (tile < tile_end) {
       int run_end = tile_end;
       if (kRope && !kOneSeg) {
         const TileInfo& rec = ti_run;  // tile's
         const int seg_length = p.plan.segment_length[rec.segment];  // lands during the rebuild
-        if (kOverlapRebuild && prepared) {  // built under the last run's last tile
-#pragma unroll
-          for (int kk = 0; kk < (kQSmem ? 0 : KSteps); ++kk)
-#pragma unroll
-            for (int r = 0; r < 4; ++r) qf[kk][r] = qf_next[kk][r];
-          q_seg_start = rec.seg_start;
-          prepared = false;
-        } else if (rec.seg_start != q_seg_start) {
-          rebuild_query(rec.seg_start, rec.segment);
-        }
+        if (rec.seg_start != q_seg_start) rebuild_query(rec.seg_start, rec.segment);
         run_end = min(tile_end, tile + (seg_length - rec.key0 + kTileKeys - 1) / kTileKeys);
         ti_run = stream.info_nb(run_end);  // lands under this run
       }
-      // One tile of the run; `masked` as softmax's; `prep`: the next run's query into qf_next
-      // under this tile's wgmmas (which read qf).
-      auto tile_step = [&](auto masked, auto prep) {
+      // One tile of the run; `masked` as softmax's.
+      auto tile_step = [&](auto masked) {
         wait_full(it);
         r_cur = r_next;
         r_next = r_n2;
@@ -544,8 +522,6 @@ __global__ void __launch_bounds__(kWgmmaWsThreads, 1)
         issue_qk(s, it % S);
         issue_pv((it - 1) % S);
         pass_turn(late);
-        if constexpr (decltype(prep)::value)
-          build_query_to(qf_next, seg_table + (ti_run.segment - seg0) * kSegRow);
         ptx::wgmma_wait<1>();
         ptx::fence_operands(s);
         softmax(r_cur, scale, masked);
@@ -563,16 +539,8 @@ __global__ void __launch_bounds__(kWgmmaWsThreads, 1)
         // body, and nothing is in flight at this branch.
         const bool whole = r_next.rows == kTileKeys &&
                            (!r_next.is_tail || r_next.key0 + kTileKeys - 1 <= first_visible);
-        if constexpr (kOverlapRebuild) {
-          if (use_table && tile + 1 == run_end && run_end < tile_end) {
-            prepared = true;
-            if (whole) tile_step(std::false_type{}, std::true_type{});
-            else tile_step(std::true_type{}, std::true_type{});
-            continue;
-          }
-        }
-        if (whole) tile_step(std::false_type{}, std::false_type{});
-        else tile_step(std::true_type{}, std::false_type{});
+        if (whole) tile_step(std::false_type{});
+        else tile_step(std::true_type{});
       }
     }
     issue_pv((tile_end - 1 - tile_begin) % S);  // the last tile's P V
