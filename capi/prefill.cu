@@ -28,7 +28,7 @@ std::int64_t prefill_tile_elems(const lazyattn_plan_t& plan) {
   const cuda::DeviceRope& rope = plan.plan_rope ? *plan.plan_rope : plan.rope->device_rope;
   const DType kv = plan.pool->config.dtype;
   if (cuda::wgmma_prefill_mismatch(args, dp, rope, kv)) return 0;
-  return cuda::prefill_tile_elems(args, dp, kv);
+  return cuda::prefill_tile_elems(args, dp, rope, kv);
 }
 
 int prefill_max_auto_splits(const lazyattn_plan_t& plan) {

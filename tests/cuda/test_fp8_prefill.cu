@@ -102,7 +102,7 @@ TEST_CASE("prefill over fp8 pools refuses what it cannot do, by name, before any
   CHECK_THROWS_WITH(cuda::prefill(a, ds.pool, ds.plan, ds.rope),
                     Catch::Contains("float8_e4m3") && Catch::Contains("no tile scratch"));
   // Scratch too small by one element, and a misaligned one.
-  const std::int64_t need = cuda::prefill_tile_elems(a, ds.plan, DType::kFloat8E4M3);
+  const std::int64_t need = cuda::prefill_tile_elems(a, ds.plan, ds.rope, DType::kFloat8E4M3);
   REQUIRE(need > 0);
   cuda::DeviceBuffer<std::uint16_t> tiles(static_cast<std::size_t>(need) + 8);
   cuda::PrefillScratch scratch;

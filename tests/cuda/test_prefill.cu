@@ -86,10 +86,12 @@ void check_prefill(const test::ref::Scenario& sc, bool reversed_pages = false) {
       }
     }
   }
-  // Without a workspace (no tile scratch): at head dims 64 and 256, local-form plans over
-  // several segments rebuild each segment's query in the kernel instead of reading keys the key
-  // pass positioned; raw-form plans take the mma.sync kernel.
-  if (spec.head_dim != 128) {
+  // Without a workspace (no tile scratch): where local-form plans over several segments read
+  // keys the key pass positioned (head dims 64 and 256; 128 in any rotary layout but rotate-half
+  // over every dim), they rebuild each segment's query in the kernel instead; raw-form plans take
+  // the mma.sync kernel.
+  if (spec.head_dim != 128 || spec.partial_rotary != 1.0 ||
+      spec.pair_layout != PairLayout::kHalf) {
     ds.prefill_kernel = cuda::PrefillKernel::kAuto;
     ds.prefill_workspace = false;
     ds.prefill_kv_splits = 1;
@@ -600,7 +602,7 @@ TEST_CASE("prefill's kernel choice: kAuto takes wgmma_ws where it applies, kWgmm
     a.params = AttentionParams{Hq, Hk, D};
     a.kernel = kernel;
     a.rope = rope_on;
-    if (tile_elems) *tile_elems = cuda::prefill_tile_elems(a, dp, kv_dtype);
+    if (tile_elems) *tile_elems = cuda::prefill_tile_elems(a, dp, drope, kv_dtype);
     return cuda::resolve_prefill_kernel(a, dp, drope, kv_dtype, tile_room);
   };
   RopeConfig full;
@@ -663,8 +665,17 @@ TEST_CASE("prefill's kernel choice: kAuto takes wgmma_ws where it applies, kWgmm
   std::int64_t elems64 = -1, elems128 = -1;
   choose(64, StorageForm::kLocal, d64, K::kAuto, true, -1, DType::kBFloat16, &elems64);
   CHECK(elems64 == 2 * 64 * Hk * 64);  // head dim 64's local form over segments: positioned too
+  // Head dim 128's local form over segments: the rotate-half layout over every dim rebuilds its
+  // query in registers (no scratch); interleaved pairs and partial rotary take positioned K.
   choose(128, StorageForm::kLocal, full, K::kAuto, true, -1, DType::kBFloat16, &elems128);
   CHECK(elems128 == 0);
+  for (const RopeConfig* rc : {&partial, &interleaved}) {
+    INFO("head dim 128, local form, " << (rc == &partial ? "partial rotary" : "interleaved"));
+    elems128 = -1;
+    choose(128, StorageForm::kLocal, *rc, K::kAuto, true, -1, DType::kBFloat16, &elems128);
+    CHECK(elems128 == 2 * 64 * Hk * 128);
+    CHECK(choose(128, StorageForm::kLocal, *rc, K::kWgmmaWs, true, 0) == K::kWgmmaWs);
+  }
   CHECK_THROWS_WITH(choose(128, StorageForm::kLocal, full, static_cast<K>(7), true),
                     Catch::Contains("kernel 7"));
   // 2, the retired two-warpgroup Hopper kernel, is no kernel now.

@@ -1,17 +1,20 @@
 // The Hopper prefill over fp8 (e4m3) pools: before the attention kernel, a pass dequantizes
 // every K and V tile of the plan (code x its KV head's scale, rounded once to the queries' 16-bit
-// type) into the tile scratch [tile][kv head][64][head dim] (PrefillParams::tile_k, tile_v), and
-// rotates raw-form K tiles to local form on the way (R(key0 + row) k; the 16-bit pools' key
-// pass, prefill/key_pass.cuh, positions every tile instead). The attention kernel's loading
-// warpgroup then reads every tile from the scratch (KvTiles::kScratch), so the computing
-// warpgroups run the 16-bit kernel's code unchanged and the accuracy is the 16-bit kernel's over
-// the fp8 values.
+// type) into the tile scratch [tile][kv head][64][head dim] (PrefillParams::tile_k, tile_v). With
+// RoPE on, over plans of more than one segment per request or with raw-form segments, it also
+// rotates every K tile to its position in the request on the way, as the 16-bit pools' key pass
+// does (prefill/key_pass.cuh): a raw key at offset j of a segment starting at s to R(s + j) k, a
+// local-form key R(j) k by R(s), an absolute-form tail's copied. The attention kernel's loading
+// warpgroup then reads every tile from the scratch (KvTiles::kScratch), and the computing
+// warpgroups run the 16-bit kernel's one-segment code unchanged (PrefillParams::keys_positioned:
+// one segment at 0), so the accuracy is the 16-bit kernel's over the fp8 values.
 //
 // Floor, written before any measurement (docs/06-cuda.md): the pass reads each tile's codes once
 // and writes them in 16 bits (3 bytes per element); at the RAG tail (136 key tiles x 8 KV heads x
 // 64 x 128, K and V: 17.8 M elements) 53 MB, about 12 us at the copy bandwidth, against the
 // attention kernel's ~185 us, partly hidden under that kernel's launch (programmatic dependent
-// launch). The in-loader conversion and fp8 wgmma are the later steps of the plan there.
+// launch). Rotating every K tile there adds arithmetic, not bytes. The in-loader conversion and
+// fp8 wgmma are the later steps of the plan there.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -27,11 +30,12 @@
 
 namespace lazyattn::cuda::detail {
 
-// The rotary layout of a pass over raw-form key rows (the same items and angles as
+// The rotary layout of a pass over key rows (the same items and angles as
 // rotate_key_tiles_kernel, whose tuned loop keeps them inline): a row's work items of 16 output
-// bytes (rotate-half: a chunk of 8 first members with the chunk of their partners, then the chunks past
-// the rotary dims; interleaved: every chunk of 4 pairs) and the angle tables of the tile's request.
-struct RawRowLayout {
+// bytes (rotate-half: a chunk of 8 first members with the chunk of their partners, then the chunks
+// past the rotary dims; interleaved: every chunk of 4 pairs) and the angle tables of the tile's
+// request.
+struct KeyRowLayout {
   int rot_half;
   bool interleaved;
   int half_chunks;  // rotate-half: the first members' chunks (items 0 .. half_chunks - 1)
@@ -41,8 +45,8 @@ struct RawRowLayout {
 };
 
 template <int D>
-__device__ __forceinline__ RawRowLayout raw_row_layout(const PrefillParams& p, int tile) {
-  RawRowLayout l;
+__device__ __forceinline__ KeyRowLayout key_row_layout(const PrefillParams& p, int tile) {
+  KeyRowLayout l;
   l.rot_half = p.rope.rotary_dim / 2;
   l.interleaved = p.rope.interleaved != 0;
   const int rope_set = p.rope.per_request ? request_of_tile(p, tile) : 0;
@@ -54,19 +58,20 @@ __device__ __forceinline__ RawRowLayout raw_row_layout(const PrefillParams& p, i
   return l;
 }
 
-// Work item u of row r (of a tile starting at key0): its dims (x at x_at; rotate-half, the
-// partners y at y_at) and, where it rotates, their cos/sin (8 pairs rotate-half, 4 interleaved).
-// A key's angle is the exact one of key0 + 16 (row / 16) combined with the offset table's row
-// row % 16, as the local form's pages are written.
-struct RawItem {
+// Work item u of row r of a tile: its dims (x at x_at; rotate-half, the partners y at y_at) and,
+// where it rotates, their cos/sin (8 pairs rotate-half, 4 interleaved). per_row (raw keys): the
+// row's angle is the exact one of pos0 + 16 (r / 16) combined with the offset table's row
+// r % 16, as the local form's pages are written (pos0 the tile's first key's position); else
+// the whole tile's is pos0's (a local-form tile turned by its segment's start).
+struct KeyItem {
   int x_at, y_at;
   bool pairs_half, rotary;
   float2 cs[8];
 };
 
-__device__ __forceinline__ RawItem raw_item(const RawRowLayout& l, std::int64_t key0, int r,
-                                            int u) {
-  RawItem it;
+__device__ __forceinline__ KeyItem key_item(const KeyRowLayout& l, std::int64_t pos0, bool per_row,
+                                            int r, int u) {
+  KeyItem it;
   it.pairs_half = !l.interleaved && u < l.half_chunks;
   const int c = l.interleaved || it.pairs_half ? u : u + l.half_chunks;
   it.x_at = 8 * c;
@@ -75,17 +80,20 @@ __device__ __forceinline__ RawItem raw_item(const RawRowLayout& l, std::int64_t 
   if (it.rotary) {
     const int j0 = it.pairs_half ? 8 * u : 4 * c;
     const int npairs = it.pairs_half ? 8 : 4;
-    const std::int64_t coarse_pos = key0 + 16 * (r / 16);
+    const std::int64_t coarse_pos = pos0 + (per_row ? 16 * (r / 16) : 0);
     const float2* fine = l.offsets + (r % 16) * l.rot_half + j0;
 #pragma unroll
-    for (int w = 0; w < 8; ++w)
-      if (w < npairs) it.cs[w] = combine_angles(rope_cos_sin(coarse_pos, l.turns[j0 + w]), fine[w]);
+    for (int w = 0; w < 8; ++w) {
+      if (w >= npairs) continue;
+      const float2 coarse = rope_cos_sin(coarse_pos, l.turns[j0 + w]);
+      it.cs[w] = per_row ? combine_angles(coarse, fine[w]) : coarse;
+    }
   }
   return it;
 }
 
 // Rotates an item's 8 x values (and, rotate-half, its 8 partners y) in fp32.
-__device__ __forceinline__ void rotate_item(const RawItem& it, float* x, float* y) {
+__device__ __forceinline__ void rotate_item(const KeyItem& it, float* x, float* y) {
   if (it.pairs_half) {
 #pragma unroll
     for (int w = 0; w < 8; ++w) rotate_pair(x[w], y[w], it.cs[w]);  // pair 8u + w
@@ -123,13 +131,15 @@ __device__ __forceinline__ void store8(T* dst, const float* x) {
 
 // Grid (tile, row group of kKeyPassRows<D> rows), kKeyPassThreads threads; every tile of the
 // schedule. A thread takes one work item of a row in every KV head, kHeads heads' loads in flight
-// together: K's items first (kRotateRaw and a raw-form tile: the raw pass's items, rotated in
-// fp32 after dequantizing; else 8 dims), then V's (8 dims). Rows past the tile's keys are not
-// written (the kernel does not read them).
-template <class T, int D, bool kRotateRaw>
+// together: K's items first (kPosition and a tile to rotate: the key pass's items, rotated in
+// fp32 after dequantizing; else 8 dims), then V's (8 dims). kPosition: every K tile to its
+// position in the request (a raw key's angle s + key0 + r, a local-form tile's s, where s is its
+// segment's start; an absolute-form tail, whose s is 0, is not rotated). Rows past the tile's
+// keys are not written (the kernel does not read them).
+template <class T, int D, bool kPosition>
 __global__ void __launch_bounds__(kKeyPassThreads)
     dequantize_tiles_kernel(const __grid_constant__ PrefillParams p) {
-  ptx::launch_dependents();  // as the raw pass: the attention kernel's loader waits for this grid
+  ptx::launch_dependents();  // as the key pass: the attention kernel's loader waits for this grid
   constexpr int kRows = kKeyPassRows<D>;
   constexpr int kChunks = D / 8;
   constexpr int kHeads = 4;
@@ -137,9 +147,11 @@ __global__ void __launch_bounds__(kKeyPassThreads)
   const TileInfo ti = p.sched.tiles[tile];
   const int row0 = kRows * static_cast<int>(blockIdx.y);
   if (ti.rows <= row0) return;
-  const bool rotate = kRotateRaw && ti.form == static_cast<std::int32_t>(StorageForm::kRaw);
-  RawRowLayout l{};
-  if (rotate) l = raw_row_layout<D>(p, tile);
+  const bool raw = ti.form == static_cast<std::int32_t>(StorageForm::kRaw);
+  const bool rotate = kPosition && (raw || ti.seg_start != 0);
+  const std::int64_t pos0 = ti.seg_start + (raw ? ti.key0 : 0);
+  KeyRowLayout l{};
+  if (rotate) l = key_row_layout<D>(p, tile);
   const int k_items = rotate ? l.items : kChunks;
   const int num_kv_heads = p.num_qo_heads / p.group_size;
   const int mask = (1 << p.page_size_log2) - 1;
@@ -154,9 +166,9 @@ __global__ void __launch_bounds__(kKeyPassThreads)
     const int page = p.plan.page_ids[ti.page_base + (key >> p.page_size_log2)];
     const std::int64_t src_row = static_cast<std::int64_t>(page) * p.page_stride +
                                  static_cast<std::int64_t>(key & mask) * D;
-    RawItem it;
+    KeyItem it;
     if (!is_v && rotate) {
-      it = raw_item(l, ti.key0, r, u);
+      it = key_item(l, pos0, raw, r, u);
     } else {
       it.x_at = it.y_at = 8 * u;
       it.pairs_half = it.rotary = false;

@@ -88,14 +88,18 @@ struct PrefillArgs {
 
 namespace detail {
 // Whether the Hopper kernel reads every K tile positioned by the key pass (KvTiles::kPositionedK,
-// prefill/key_pass.cuh) for `plan` with `args` over a 16-bit pool: RoPE on, and raw-form segments,
-// or at head dims 64 and 256 a request of more than one segment. (Local-form requests of one
-// segment run at RoPE off's speed without it; over segments at head dim 128 the query's rebuild
-// in registers costs less than the pass: docs/performance.md.)
-inline bool positioned_keys(const PrefillArgs& args, const DevicePlan& plan, DType kv_dtype) {
+// prefill/key_pass.cuh) for `plan` with `args` and `rope` over a 16-bit pool: RoPE on, and
+// raw-form segments, or a request of more than one segment at head dims 64 and 256, or at 128 in
+// any rotary layout but rotate-half over every dim. (Local-form requests of one segment run at
+// RoPE off's speed without it; over segments at head dim 128 in the rotate-half layout the
+// query's rebuild in registers costs less than the pass: docs/performance.md.)
+inline bool positioned_keys(const PrefillArgs& args, const DevicePlan& plan, const DeviceRope& rope,
+                            DType kv_dtype) {
   if (!args.rope || kv_dtype == DType::kFloat8E4M3) return false;
   if (plan.has_raw_segments()) return true;
-  return args.params.head_dim != 128 && !plan.single_segment_requests();
+  if (plan.single_segment_requests()) return false;
+  const int d = args.params.head_dim;
+  return d != 128 || rope.view().rotary_dim != d || rope.view().interleaved != 0;
 }
 // Whether the Hopper kernel cannot run without its tile scratch: over an fp8 pool (dequantized
 // there), or over raw-form keys with RoPE (positioned there). Local-form plans that would take
@@ -105,15 +109,15 @@ inline bool tiles_required(const PrefillArgs& args, const DevicePlan& plan, DTyp
 }
 }  // namespace detail
 
-// 16-bit elements of tile scratch the Hopper kernel takes for `plan` with `args` over a pool of
-// `kv_dtype`: [64][head_dim] per key tile of the schedule and KV head, for K where the key pass
+// 16-bit elements of tile scratch the Hopper kernel takes for `plan` with `args` and `rope` over
+// a pool of `kv_dtype`: [64][head_dim] per key tile of the schedule and KV head, for K where the key pass
 // positions it (detail::positioned_keys), for K and V (K's tiles, then V's) over an fp8 pool
 // (dequantized by its pass); else 0. Local-form plans run without it too, slower (each segment's
 // query rebuilt in the kernel); raw-form and fp8 ones need it.
 inline std::int64_t prefill_tile_elems(const PrefillArgs& args, const DevicePlan& plan,
-                                       DType kv_dtype) {
+                                       const DeviceRope& rope, DType kv_dtype) {
   const bool fp8 = kv_dtype == DType::kFloat8E4M3;
-  if (!fp8 && !detail::positioned_keys(args, plan, kv_dtype)) return 0;
+  if (!fp8 && !detail::positioned_keys(args, plan, rope, kv_dtype)) return 0;
   std::int64_t n = plan.schedule().num_tiles;
   for (std::int64_t f : {std::int64_t{args.params.num_kv_heads}, std::int64_t{detail::kTileKeys},
                          std::int64_t{args.params.head_dim}, std::int64_t{fp8 ? 2 : 1}})
@@ -128,11 +132,11 @@ inline std::int64_t prefill_tile_elems(const PrefillArgs& args, const DevicePlan
 // can. tile_room: the 16-bit elements of tile scratch at hand (a workspace grows to what it
 // needs: -1).
 inline const char* wgmma_prefill_mismatch(const PrefillArgs& args, const DevicePlan& plan,
-                                          const DeviceRope&, DType kv_dtype,
+                                          const DeviceRope& rope, DType kv_dtype,
                                           std::int64_t tile_room = -1) {
   if (!detail::wgmma_prefill_head_dim(args.params.head_dim)) return "head_dim is not 64, 128 or 256";
   if (detail::tiles_required(args, plan, kv_dtype) && tile_room >= 0 &&
-      tile_room < prefill_tile_elems(args, plan, kv_dtype))
+      tile_room < prefill_tile_elems(args, plan, rope, kv_dtype))
     return kv_dtype == DType::kFloat8E4M3
                ? "the pool is float8_e4m3 and there is no tile scratch to dequantize it into "
                  "(PrefillScratch::tiles of prefill_tile_elems, or a PrefillWorkspace)"
@@ -255,9 +259,13 @@ inline void prefill(const PrefillArgs& args, const DevicePool& pool, const Devic
   const bool wgmma = chosen == PrefillKernel::kWgmmaWs;
   // The Hopper kernel's tile scratch (every K tile positioned, or fp8 K/V dequantized), or 0;
   // local-form plans take positioned K where the caller's scratch has room.
-  std::int64_t tile_elems = wgmma ? prefill_tile_elems(args, plan, kv_dtype) : 0;
+  std::int64_t tile_elems = wgmma ? prefill_tile_elems(args, plan, rope, kv_dtype) : 0;
   if (tile_elems > scratch.tiles_elems) tile_elems = 0;  // (a local-form plan)
-  const bool positioned = tile_elems > 0 && detail::positioned_keys(args, plan, kv_dtype);
+  const bool positioned = tile_elems > 0 && detail::positioned_keys(args, plan, rope, kv_dtype);
+  // Over an fp8 pool with RoPE, the dequantizing pass positions every K tile too, unless each
+  // request is one local-form segment (whose query the one-segment build turns by its start).
+  const bool one_segment = !plan.has_raw_segments() && plan.single_segment_requests();
+  p.keys_positioned = fp8 && args.rope && !one_segment ? 1 : 0;
   // The Hopper kernel reads whole tiles of 16-bit pages, and positioned K tiles of the key
   // pass's scratch, with the TMA at head dims 64 and 128 (fp8 pools read their scratch; head
   // dim 256, page sizes under 8 and drivers without tensor maps gather with cp.async).
@@ -321,11 +329,10 @@ inline void prefill(const PrefillArgs& args, const DevicePool& pool, const Devic
               kernel<<<grid, detail::kKeyPassThreads, 0, stream>>>(p);
               LAZYATTN_CUDA_CHECK_LAUNCH();
             };
-            // fp8: every tile dequantized, raw K rotated too (prefill/fp8_tiles.cuh); 16-bit:
-            // every K tile positioned (prefill/key_pass.cuh).
+            // fp8: every tile dequantized, K positioned too where keys_positioned
+            // (prefill/fp8_tiles.cuh); 16-bit: every K tile positioned (prefill/key_pass.cuh).
             if (!fp8) launch_pass(detail::rotate_key_tiles_kernel<T, D>);
-            else if (args.rope && plan.has_raw_segments())
-              launch_pass(detail::dequantize_tiles_kernel<T, D, true>);
+            else if (p.keys_positioned) launch_pass(detail::dequantize_tiles_kernel<T, D, true>);
             else launch_pass(detail::dequantize_tiles_kernel<T, D, false>);
           }
           if (wgmma) {
@@ -342,38 +349,41 @@ inline void prefill(const PrefillArgs& args, const DevicePool& pool, const Devic
               }
             };
             // Builds: over pages (local and absolute form), one segment per request or more,
-            // rotate-half over all dims or any layout, and RoPE off; over positioned K (raw-form
-            // plans, local ones over segments at head dims 64 and 256: the one-segment builds);
-            // over fp8 tiles. At head dim 256 the query side reads the layout at run time in
-            // every build (wgmma_query_tile). fp8 plans with raw segments take the builds over
-            // segments (their pass rotates raw K into local form).
-            const bool any = D != 256 && (rope.view().rotary_dim != D || rope.view().interleaved != 0);
-            const bool one = !plan.has_raw_segments() && plan.single_segment_requests();
+            // rotate-half over all dims or any layout, and RoPE off; the one-segment builds over
+            // keys a pass positioned (positioned_keys; fp8 tiles, keys_positioned) or over one
+            // segment per request (fp8 tiles). At head dim 256 the query side reads the layout at
+            // run time in every build (wgmma_query_tile).
+            const bool any =
+                D != 256 && (rope.view().rotary_dim != D || rope.view().interleaved != 0);
             using detail::prefill_wgmma_kernel;
             using detail::KvTiles;
-            auto launch_rope = [&](auto any_layout, auto kv) {  // the RoPE builds of one query path
-              constexpr bool kAny = decltype(any_layout)::value;
+            auto launch_one_segment = [&](auto kv) {
               constexpr KvTiles kKv = decltype(kv)::value;
-              if (one) launch_wgmma(prefill_wgmma_kernel<T, D, true, true, kKv, kAny>);
-              else launch_wgmma(prefill_wgmma_kernel<T, D, true, false, kKv, kAny>);
-            };
-            auto launch_kv = [&](auto kv) {
-              constexpr KvTiles kKv = decltype(kv)::value;
-              if (!args.rope) launch_wgmma(prefill_wgmma_kernel<T, D, false, false, kKv>);
-              else if (!any) launch_rope(std::false_type{}, kv);
-              else if constexpr (D != 256) launch_rope(std::true_type{}, kv);  // (any: not 256)
-            };
-            if (fp8) {
-              launch_kv(std::integral_constant<KvTiles, KvTiles::kScratch>{});
-            } else if (positioned) {  // every key at its position: one segment at 0
               if (any) {
                 if constexpr (D != 256)
-                  launch_wgmma(prefill_wgmma_kernel<T, D, true, true, KvTiles::kPositionedK, true>);
+                  launch_wgmma(prefill_wgmma_kernel<T, D, true, true, kKv, true>);
               } else {
-                launch_wgmma(prefill_wgmma_kernel<T, D, true, true, KvTiles::kPositionedK>);
+                launch_wgmma(prefill_wgmma_kernel<T, D, true, true, kKv>);
               }
+            };
+            if (fp8) {
+              using Scratch = std::integral_constant<KvTiles, KvTiles::kScratch>;
+              if (!args.rope)
+                launch_wgmma(prefill_wgmma_kernel<T, D, false, false, Scratch::value>);
+              else launch_one_segment(Scratch{});
+            } else if (positioned) {  // every key at its position: one segment at 0
+              launch_one_segment(std::integral_constant<KvTiles, KvTiles::kPositionedK>{});
+            } else if (!args.rope) {
+              launch_wgmma(prefill_wgmma_kernel<T, D, false, false, KvTiles::kPages>);
             } else {
-              launch_kv(std::integral_constant<KvTiles, KvTiles::kPages>{});
+              auto launch_pages = [&](auto any_layout) {
+                constexpr bool kAny = decltype(any_layout)::value;
+                constexpr KvTiles kPages = KvTiles::kPages;
+                if (one_segment) launch_wgmma(prefill_wgmma_kernel<T, D, true, true, kPages, kAny>);
+                else launch_wgmma(prefill_wgmma_kernel<T, D, true, false, kPages, kAny>);
+              };
+              if (!any) launch_pages(std::false_type{});
+              else if constexpr (D != 256) launch_pages(std::true_type{});
             }
             launched = true;
           }
@@ -421,7 +431,7 @@ inline void prefill(const PrefillArgs& args, const DevicePool& pool, const Devic
   }
   if (ws && plan.schedule().num_qtiles > 0 && args.kernel != PrefillKernel::kMmaSync &&
       !wgmma_prefill_mismatch(args, plan, rope, kv_dtype)) {
-    const std::int64_t elems = prefill_tile_elems(args, plan, kv_dtype);
+    const std::int64_t elems = prefill_tile_elems(args, plan, rope, kv_dtype);
     if (elems > 0) {
       ws->tiles.reserve(static_cast<std::size_t>(elems));
       scratch.tiles = ws->tiles.data();

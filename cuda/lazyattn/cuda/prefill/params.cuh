@@ -41,10 +41,14 @@ struct PrefillParams {
   float* partial_lse = nullptr;  // [kv_splits][num_queries * num_qo_heads], log2 units
   // The Hopper kernel's tile scratch, [tile][kv head][64][head_dim] 16-bit elements each, written
   // by a pass before it: tile_k holds every K tile rotated to its position in the request
-  // (prefill/key_pass.cuh), or over fp8 pools every K tile dequantized (and rotated where raw) and
-  // tile_v every V tile dequantized (prefill/fp8_tiles.cuh); null where the kernel reads pages.
+  // (prefill/key_pass.cuh), or over fp8 pools every K tile dequantized (and positioned where
+  // keys_positioned) and tile_v every V tile dequantized (prefill/fp8_tiles.cuh); null where the
+  // kernel reads pages.
   void* tile_k = nullptr;
   void* tile_v = nullptr;
+  // 1: over an fp8 pool, the pass positioned every K tile in tile_k, so the one-segment build
+  // over it takes one segment at 0 (as KvTiles::kPositionedK over 16-bit pools).
+  std::int32_t keys_positioned = 0;
   // fp8 pools: this layer's K and V scales, [num_kv_heads]; null for 16-bit pools.
   const float* k_scale = nullptr;
   const float* v_scale = nullptr;
@@ -65,10 +69,10 @@ struct PrefillParams {
 namespace detail {
 
 // Where the Hopper kernel's loading warpgroup reads a K/V tile: from the pool's pages; every
-// tile's K and V from tile_k and tile_v (fp8 pools, dequantized by their pass); or every tile's K
-// from tile_k, rotated there to its position in the request by the key pass, and V from the
-// pages (kPositionedK: raw-form plans, and local ones over segments at head dims 64 and 256;
-// prefill/key_pass.cuh says why). (1 was raw tiles' K alone from a scratch, in local form: the
+// tile's K and V from tile_k and tile_v (fp8 pools, dequantized by their pass, K positioned where
+// PrefillParams::keys_positioned); or every tile's K from tile_k, rotated there to its position
+// in the request by the key pass, and V from the pages (kPositionedK: launch.cuh's
+// positioned_keys says where; prefill/key_pass.cuh says why). (1 was raw tiles' K alone from a scratch, in local form: the
 // values stay, and with them the kernels' names.)
 enum class KvTiles : int { kPages = 0, kScratch = 2, kPositionedK = 3 };
 

@@ -214,7 +214,12 @@ __global__ void __launch_bounds__(kWgmmaWsThreads, 1)
   const TileInfo first = stream.info(tile_begin);
   TileInfo ti_run = stream.info(tile_begin + 1);
   TileKeys r_cur = TileKeys::of(first), r_next = TileKeys::of(ti_run), r_n2;
-  std::int64_t q_seg_start = kKv == KvTiles::kPositionedK ? 0 : first.seg_start;  // the query's
+  // The query's segment start: 0 where every key is positioned (kPositionedK, or fp8 tiles the
+  // pass positioned).
+  std::int64_t q_seg_start =
+      kKv == KvTiles::kPositionedK || (kKv == KvTiles::kScratch && p.keys_positioned != 0)
+          ? 0
+          : first.seg_start;
   const float q_scale = kRope ? p.sm_scale_log2 * p.rope.query_scale : p.sm_scale_log2;
   if constexpr (kQSmem) {
     if (kRope) {
