@@ -6,7 +6,9 @@
 // query once, R(m) q, and runs the loop of one segment starting at 0, with no rotation between
 // segments. This is the eager baseline's re-encoding, done per call into the workspace; the
 // store keeps its one position-free copy. Where it runs (launch.cuh, positioned_keys): raw-form
-// plans, and local-form plans over segments at head dims 64 and 256.
+// plans, and local-form plans over segments at head dims 64 and 256, and at 128 in every rotary
+// layout but rotate-half over all dims. (Over fp8 pools the dequantizing pass positions K:
+// prefill/fp8_tiles.cuh.)
 //
 // Why a pass of its own for raw keys: every query tile of a request reads all of its key tiles,
 // so a rotation inside the attention kernel is done once per query tile (16 times per tile at the
@@ -17,8 +19,9 @@
 // dim 128). Why local-form keys too: over several segments the kernel otherwise rebuilds the
 // query for each segment between two runs of tiles, which cost +26% over RoPE off at head dim 64
 // and +35% at 256 on the RAG tail (17 segments per CTA; at 256 the query lives in shared memory
-// with no room for the raw query), against +7% at 128, where the pass would cost more than the
-// rebuild (docs/performance.md, "K positioned by the key pass").
+// with no room for the raw query), and +12-14% at 128 with interleaved pairs or partial rotary,
+// against +3-7% at 128 in the rotate-half layout, where the pass would cost more than the rebuild
+// (docs/performance.md, "K positioned by the key pass").
 #pragma once
 
 #include <cuda_runtime.h>
