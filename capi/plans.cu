@@ -273,8 +273,9 @@ lazyattn_status lazyattn_plan_create(lazyattn_pool pool, lazyattn_rope rope,
             align(plan->ws_o + static_cast<std::size_t>(plan->kv_splits_room * rows * D) * 4);
       }
       // The Hopper kernel's tile scratch, 16-bit: K positioned once per launch (raw-form plans,
-      // local ones over segments at head dims 64 and 256; cuda/prefill/key_pass.cuh), or an fp8
-      // pool's K and V dequantized (cuda/prefill/fp8_tiles.cuh).
+      // local ones over segments at head dims 64 and 256, and at 128 in the other rotary
+      // layouts; cuda/prefill/key_pass.cuh), or an fp8 pool's K and V dequantized
+      // (cuda/prefill/fp8_tiles.cuh).
       if (const std::int64_t elems = prefill_tile_elems(*plan); elems > 0) {
         plan->ws_k = plan->ws_bytes;
         plan->ws_k_elems = elems;
