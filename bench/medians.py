@@ -15,5 +15,5 @@ for path in sys.argv[1:]:
         if r.get("aggregate_name") != "median":
             continue
         name = r["run_name"].split("/iterations")[0]
-        extra = "  ".join(f"{k} {r[k]:.4g}" for k in ("TBps", "TFLOPs", "splits") if k in r)
+        extra = "  ".join(f"{k} {r[k]:.4g}" for k in ("TBps", "TFLOPs", "splits", "host_us") if k in r)
         print(f"{name:48s} {r['real_time']:10.2f} {r['time_unit']}  {extra}")
