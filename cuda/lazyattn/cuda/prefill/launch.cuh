@@ -110,10 +110,10 @@ inline bool tiles_required(const PrefillArgs& args, const DevicePlan& plan, DTyp
 }  // namespace detail
 
 // 16-bit elements of tile scratch the Hopper kernel takes for `plan` with `args` and `rope` over
-// a pool of `kv_dtype`: [64][head_dim] per key tile of the schedule and KV head, for K where the key pass
-// positions it (detail::positioned_keys), for K and V (K's tiles, then V's) over an fp8 pool
-// (dequantized by its pass); else 0. Local-form plans run without it too, slower (each segment's
-// query rebuilt in the kernel); raw-form and fp8 ones need it.
+// a pool of `kv_dtype`: [64][head_dim] per key tile of the schedule and KV head, for K where the
+// key pass positions it (detail::positioned_keys), for K and V (K's tiles, then V's) over an fp8
+// pool (dequantized by its pass); else 0. Local-form plans run without it too, slower (each
+// segment's query rebuilt in the kernel); raw-form and fp8 ones need it.
 inline std::int64_t prefill_tile_elems(const PrefillArgs& args, const DevicePlan& plan,
                                        const DeviceRope& rope, DType kv_dtype) {
   const bool fp8 = kv_dtype == DType::kFloat8E4M3;

@@ -72,8 +72,8 @@ namespace detail {
 // tile's K and V from tile_k and tile_v (fp8 pools, dequantized by their pass, K positioned where
 // PrefillParams::keys_positioned); or every tile's K from tile_k, rotated there to its position
 // in the request by the key pass, and V from the pages (kPositionedK: launch.cuh's
-// positioned_keys says where; prefill/key_pass.cuh says why). (1 was raw tiles' K alone from a scratch, in local form: the
-// values stay, and with them the kernels' names.)
+// positioned_keys says where; prefill/key_pass.cuh says why). (1 was raw tiles' K alone from a
+// scratch, in local form: the values stay, and with them the kernels' names.)
 enum class KvTiles : int { kPages = 0, kScratch = 2, kPositionedK = 3 };
 
 // Whether the Hopper kernel's loader reads a tile whose pages follow one another in the pool as
