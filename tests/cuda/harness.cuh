@@ -204,8 +204,8 @@ struct DeviceScenario {
   cuda::PrefillWorkspace pws;
   int prefill_kv_splits = 0;  // cuda::PrefillArgs::kv_splits
   // false: cuda::prefill without a workspace (no splits, no tile scratch: raw-form plans take
-  // the mma.sync kernel, local ones at head dims 64 and 256 rebuild each segment's query in the
-  // kernel).
+  // the mma.sync kernel, local ones over segments that would read K positioned by the key pass
+  // rebuild each segment's query in the kernel).
   bool prefill_workspace = true;
 
   bool use_prefill = false;

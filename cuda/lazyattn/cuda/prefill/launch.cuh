@@ -87,19 +87,22 @@ struct PrefillArgs {
 };
 
 namespace detail {
-// Whether the Hopper kernel reads every K tile positioned by the key pass (KvTiles::kPositionedK,
-// prefill/key_pass.cuh) for `plan` with `args` and `rope` over a 16-bit pool: RoPE on, and
-// raw-form segments, or a request of more than one segment at head dims 64 and 256, or at 128 in
-// any rotary layout but rotate-half over every dim. (Local-form requests of one segment run at
-// RoPE off's speed without it; over segments at head dim 128 in the rotate-half layout the
-// query's rebuild in registers costs less than the pass: docs/performance.md.)
+// Whether a pass before the Hopper kernel positions every K tile of `plan` with `args` and
+// `rope`, so that the kernel runs its one-segment build at segment start 0: RoPE on, and raw-form
+// segments, or a request of more than one segment over an fp8 pool (its dequantizing pass reads
+// and writes every tile anyway: prefill/fp8_tiles.cuh) or, over a 16-bit pool (the key pass,
+// KvTiles::kPositionedK), at head dims 64 and 256 or at 128 in any rotary layout but rotate-half
+// over every dim. (Local-form requests of one segment run at RoPE off's speed without it; over
+// segments at head dim 128 in the rotate-half layout the query's rebuild in registers costs what
+// the key pass does and needs no scratch: docs/performance.md.)
 inline bool positioned_keys(const PrefillArgs& args, const DevicePlan& plan, const DeviceRope& rope,
                             DType kv_dtype) {
-  if (!args.rope || kv_dtype == DType::kFloat8E4M3) return false;
+  if (!args.rope) return false;
   if (plan.has_raw_segments()) return true;
   if (plan.single_segment_requests()) return false;
   const int d = args.params.head_dim;
-  return d != 128 || rope.view().rotary_dim != d || rope.view().interleaved != 0;
+  return kv_dtype == DType::kFloat8E4M3 || d != 128 || rope.view().rotary_dim != d ||
+         rope.view().interleaved != 0;
 }
 // Whether the Hopper kernel cannot run without its tile scratch: over an fp8 pool (dequantized
 // there), or over raw-form keys with RoPE (positioned there). Local-form plans that would take
@@ -262,10 +265,7 @@ inline void prefill(const PrefillArgs& args, const DevicePool& pool, const Devic
   std::int64_t tile_elems = wgmma ? prefill_tile_elems(args, plan, rope, kv_dtype) : 0;
   if (tile_elems > scratch.tiles_elems) tile_elems = 0;  // (a local-form plan)
   const bool positioned = tile_elems > 0 && detail::positioned_keys(args, plan, rope, kv_dtype);
-  // Over an fp8 pool with RoPE, the dequantizing pass positions every K tile too, unless each
-  // request is one local-form segment (whose query the one-segment build turns by its start).
-  const bool one_segment = !plan.has_raw_segments() && plan.single_segment_requests();
-  p.keys_positioned = fp8 && args.rope && !one_segment ? 1 : 0;
+  p.keys_positioned = fp8 && positioned ? 1 : 0;  // (16-bit pools: the kPositionedK builds)
   // The Hopper kernel reads whole tiles of 16-bit pages, and positioned K tiles of the key
   // pass's scratch, with the TMA at head dims 64 and 128 (fp8 pools read their scratch; head
   // dim 256, page sizes under 8 and drivers without tensor maps gather with cp.async).
@@ -379,7 +379,8 @@ inline void prefill(const PrefillArgs& args, const DevicePool& pool, const Devic
               auto launch_pages = [&](auto any_layout) {
                 constexpr bool kAny = decltype(any_layout)::value;
                 constexpr KvTiles kPages = KvTiles::kPages;
-                if (one_segment) launch_wgmma(prefill_wgmma_kernel<T, D, true, true, kPages, kAny>);
+                if (plan.single_segment_requests())  // (local form: raw plans are positioned)
+                  launch_wgmma(prefill_wgmma_kernel<T, D, true, true, kPages, kAny>);
                 else launch_wgmma(prefill_wgmma_kernel<T, D, true, false, kPages, kAny>);
               };
               if (!any) launch_pages(std::false_type{});
