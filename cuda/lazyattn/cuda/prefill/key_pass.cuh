@@ -64,9 +64,9 @@ inline constexpr int kKeyPassRows = 16 * 128 / D;
 // Grid (tile, row group). A thread takes one 16-byte work
 // item of a row (rotate-half: a chunk of 8 first members and the chunk of their partners, 8
 // pairs; interleaved: a chunk of 4 pairs; past the rotary dims a chunk to copy) in every KV head:
-// the item's angles are the same in every head. It issues the loads of kHeads heads (independent
-// 16-byte loads, all in flight together), computes the angles once under their latency, rotates
-// the items in fp32 and stores them rounded once. A raw key's angle is the exact one of s + key0 + 16 (row /
+// the item's angles are the same in every head, so it computes them once, then loads the item of
+// kHeads heads at a time (independent 16-byte loads, all in flight together), rotates them in
+// fp32 and stores them rounded once. A raw key's angle is the exact one of s + key0 + 16 (row /
 // 16) combined with the offset table's row row % 16, as the local form's pages are written; a
 // local-form key's the exact one of s. Rows past the tile's keys are not written (the kernel does
 // not read them).
@@ -81,7 +81,7 @@ __global__ void __launch_bounds__(kKeyPassThreads)
   ptx::launch_dependents();
   constexpr int kRows = kKeyPassRows<D>;
   constexpr int kChunks = D / 8;
-  constexpr int kHeads = 8;  // heads whose loads are in flight together (a Llama layer's all)
+  constexpr int kHeads = 4;  // heads whose loads are in flight together
   const int tile = blockIdx.x, tid = threadIdx.x;
   const TileInfo ti = p.sched.tiles[tile];
   const int row0 = kRows * static_cast<int>(blockIdx.y);
@@ -115,13 +115,13 @@ __global__ void __launch_bounds__(kKeyPassThreads)
     const int x_at = 8 * c, y_at = pairs_half ? rot_half + 8 * u : 8 * c;
     const bool rotary = pairs_half || 8 * c < 2 * rot_half;
     // The item's cos/sin: 8 pairs (rotate-half: j = 8u + w) or 4 (interleaved: j = 4c + w). A
-    // raw key's angle is its position's, a local-form key's its segment's start alone. Computed
-    // after the first heads' loads are issued, under their latency.
+    // raw key's angle is its position's, a local-form key's its segment's start alone.
     float2 cs[8];
-    auto item_angles = [&] {
+    if (rotary) {
       const int j0 = pairs_half ? 8 * u : 4 * c;
       const int npairs = pairs_half ? 8 : 4;
-      const std::int64_t coarse_pos = ti.seg_start + (raw ? ti.key0 + 16 * (r / 16) : 0);
+      const std::int64_t coarse_pos =
+          ti.seg_start + (raw ? ti.key0 + 16 * (r / 16) : 0);
       const float2* fine = offsets + (r % 16) * rot_half + j0;
 #pragma unroll
       for (int w = 0; w < 8; ++w) {
@@ -129,7 +129,7 @@ __global__ void __launch_bounds__(kKeyPassThreads)
         const float2 coarse = rope_cos_sin(coarse_pos, turns[j0 + w]);
         cs[w] = raw ? combine_angles(coarse, fine[w]) : coarse;
       }
-    };
+    }
     const T* k0 = static_cast<const T*>(p.k_pool) + src_row;
     T* out0 = out_tile + static_cast<std::int64_t>(r) * D;
     for (int h0 = 0; h0 < num_kv_heads; h0 += kHeads) {
@@ -141,7 +141,6 @@ __global__ void __launch_bounds__(kKeyPassThreads)
         xa[h] = __ldg(reinterpret_cast<const uint4*>(src + x_at));
         if (pairs_half) ya[h] = __ldg(reinterpret_cast<const uint4*>(src + y_at));
       }
-      if (h0 == 0 && rotary) item_angles();
 #pragma unroll
       for (int h = 0; h < kHeads; ++h) {
         if (h0 + h >= num_kv_heads) break;
