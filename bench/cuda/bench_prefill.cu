@@ -20,7 +20,7 @@
 //   *_d256       the same shapes at head dim 256 (Gemma's head dim, with the same head counts)
 //   chunk_N      chunked prefill: the last N of a tail of 1024 + N tokens (N = 1, 17, 129, 2049)
 //                over 16 documents x 512, causal within the tail; FLOPs of the keys each query
-//                sees (documents and the tail up to itself); local, raw and rope_off only
+//                sees (documents and the tail up to itself); local, raw, rope_off and raw_mma
 //   LAZYATTN_BENCH_PAGE_SIZE=N   pages of N keys instead of 16
 //   host_us      counter: the host's time inside one cuda::prefill call (checks, tensor maps,
 //                launches; the calls are timed back to back, so where it nears the GPU time per
@@ -255,7 +255,12 @@ int main(int argc, char** argv) {
                                   Mode::kLocalFp8,        Mode::kRawFp8,
                                   Mode::kRopeOffFp8};
     for (Mode m : modes) {
-      if (sh.queries > 0 && m != Mode::kLocal && m != Mode::kRaw && m != Mode::kRopeOff) continue;
+      // Chunks: the three forms, and the raw form on the mma.sync kernel, which rotates raw
+      // keys inside its loop where the Hopper kernel's key pass positions every key for a few
+      // queries.
+      if (sh.queries > 0 && m != Mode::kLocal && m != Mode::kRaw && m != Mode::kRopeOff &&
+          m != Mode::kRawMma)
+        continue;
       std::string n = "prefill/" + sh.name + "/" + name(m);
       benchmark::RegisterBenchmark(n.c_str(), bench_prefill, sh, m)
           ->UseManualTime()
