@@ -87,6 +87,12 @@ struct PrefillArgs {
 };
 
 namespace detail {
+// Whether `rope` rotates every one of head_dim's dims in the rotate-half layout: the Hopper
+// kernel's builds with compile-time tables; interleaved pairs and partial rotary take the builds
+// that read the layout at run time (kAnyRotary).
+inline bool rotate_half_every_dim(const DeviceRope& rope, int head_dim) {
+  return rope.view().rotary_dim == head_dim && rope.view().interleaved == 0;
+}
 // Whether a pass before the Hopper kernel positions every K tile of `plan` with `args` and
 // `rope`, so that the kernel runs its one-segment build at segment start 0: RoPE on, and raw-form
 // segments, or a request of more than one segment over an fp8 pool (its dequantizing pass reads
@@ -101,8 +107,7 @@ inline bool positioned_keys(const PrefillArgs& args, const DevicePlan& plan, con
   if (plan.has_raw_segments()) return true;
   if (plan.single_segment_requests()) return false;
   const int d = args.params.head_dim;
-  return kv_dtype == DType::kFloat8E4M3 || d != 128 || rope.view().rotary_dim != d ||
-         rope.view().interleaved != 0;
+  return kv_dtype == DType::kFloat8E4M3 || d != 128 || !rotate_half_every_dim(rope, d);
 }
 // Whether the Hopper kernel cannot run without its tile scratch: over an fp8 pool (dequantized
 // there), or over raw-form keys with RoPE (positioned there). Local-form plans that would take
@@ -353,8 +358,7 @@ inline void prefill(const PrefillArgs& args, const DevicePool& pool, const Devic
             // keys a pass positioned (positioned_keys; fp8 tiles, keys_positioned) or over one
             // segment per request (fp8 tiles). At head dim 256 the query side reads the layout at
             // run time in every build (wgmma_query_tile).
-            const bool any =
-                D != 256 && (rope.view().rotary_dim != D || rope.view().interleaved != 0);
+            const bool any = D != 256 && !detail::rotate_half_every_dim(rope, D);
             using detail::prefill_wgmma_kernel;
             using detail::KvTiles;
             auto launch_one_segment = [&](auto kv) {
