@@ -8,6 +8,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "lazyattn/cuda/kv_tile.cuh"
 #include "lazyattn/cuda/mbarrier.cuh"
@@ -23,6 +24,9 @@ namespace lazyattn::cuda::detail {
 // Tiles [tile_begin, tile_end) of KV head kv_head into `stages` ([S][K, V][kTileKeys][D], the
 // blocked layout), by loading thread ltid of 128 (lane ltid % 32); the mbarriers full[stage] and
 // empty[stage] are the 8-byte words at bars + 8 stage and bars + 8 (S + stage).
+//  - kSplitKV (head dim 256, two stages; WgmmaPrefillShape): those are K's, and V has its own,
+//    full_v[stage] and empty_v[stage] at bars + 8 (2 S + stage) and bars + 8 (3 S + stage): a
+//    tile's K is copied once S of the tile two before has read its slot, its V once P V has.
 //  - kKv (KvTiles): kPositionedK, every tile's K from the key pass's scratch
 //    (prefill/key_pass.cuh); kScratch, every tile's K and V from the fp8 pass's
 //    (prefill/fp8_tiles.cuh); either read after its pass's grid has completed (the launch may
@@ -36,13 +40,26 @@ namespace lazyattn::cuda::detail {
 template <KvTiles kKv, int D>
 inline constexpr bool kLoaderRunMaps = loader_run_maps(kKv, D);
 
-template <class T, int D, int S, KvTiles kKv, bool kStagesShared, bool kTablesBarrier>
+template <class T, int D, int S, KvTiles kKv, bool kStagesShared, bool kTablesBarrier,
+          bool kSplitKV = false>
 __device__ __forceinline__ void wgmma_load_kv(const PrefillParams& p, T* stages, std::uint32_t bars,
                                               int ltid, int lane, int tile_begin, int tile_end,
                                               int kv_head) {
+  static_assert(!kSplitKV || D == 256, "K and V apart: the head-dim-256 builds (gather only)");
   const int lwarp = ltid >> 5;
   auto full_bar = [&](int stage) { return bars + 8u * static_cast<unsigned>(stage); };
   auto empty_bar = [&](int stage) { return bars + 8u * static_cast<unsigned>(S + stage); };
+  auto full_v_bar = [&](int stage) { return bars + 8u * static_cast<unsigned>(2 * S + stage); };
+  auto empty_v_bar = [&](int stage) { return bars + 8u * static_cast<unsigned>(3 * S + stage); };
+  // Which of a tile's halves a copy loop issues: both (one stage's barriers), or K, or V.
+  using Both = std::integral_constant<int, 0>;
+  using OnlyK = std::integral_constant<int, 1>;
+  using OnlyV = std::integral_constant<int, 2>;
+  // kSplitKV: K's copies signalled, then V's slot waited for (its release after P V).
+  auto between_k_and_v = [&](int it, int stage) {
+    ptx::cp_async_mbarrier_arrive_noinc(full_bar(stage));
+    if (it >= S) ptx::mbarrier_wait(empty_v_bar(stage), static_cast<std::uint32_t>((it / S - 1) & 1));
+  };
   // The warpgroup copies kPass rows at a time (8 at head dims 128 and 256, 16 at 64: a multiple
   // of the swizzle's 8-row period), kRowThreads threads to a row. At 256 each thread copies
   // kSub = 2 chunks of a row, chunk and chunk + 16 (two column blocks on, the same phase).
@@ -88,18 +105,29 @@ __device__ __forceinline__ void wgmma_load_kv(const PrefillParams& p, T* stages,
       const T* k_rows = static_cast<const T*>(p.tile_k) + at0;
       const T* v_rows = static_cast<const T*>(p.tile_v) + at0;
       const int left = ti.rows - row_in;
+      auto copy_rows = [&](auto part) {
+        constexpr int kPart = decltype(part)::value;
 #pragma unroll
-      for (int i = 0; i < kTileKeys / kPass; ++i) {
-        const bool valid = kPass * i < left;  // past the tile's rows: 0 bytes read, zeros
+        for (int i = 0; i < kTileKeys / kPass; ++i) {
+          const bool valid = kPass * i < left;  // past the tile's rows: 0 bytes read, zeros
 #pragma unroll
-        for (int sub = 0; sub < kSub; ++sub) {
-          const int at = at_row_in + blocked_swizzle<D, kTileKeys>(kPass * i, 0) + sub * kSubAt;
-          const int from = kPass * i * D + sub * kSubElems;
-          ptx::cp_async_16(ptx::smem_addr(ks + at), k_rows + from, valid);
-          ptx::cp_async_16(ptx::smem_addr(vs + at), v_rows + from, valid);
+          for (int sub = 0; sub < kSub; ++sub) {
+            const int at = at_row_in + blocked_swizzle<D, kTileKeys>(kPass * i, 0) + sub * kSubAt;
+            const int from = kPass * i * D + sub * kSubElems;
+            if constexpr (kPart != 2) ptx::cp_async_16(ptx::smem_addr(ks + at), k_rows + from, valid);
+            if constexpr (kPart != 1) ptx::cp_async_16(ptx::smem_addr(vs + at), v_rows + from, valid);
+          }
         }
+      };
+      if constexpr (kSplitKV) {
+        copy_rows(OnlyK{});
+        between_k_and_v(it, stage);
+        copy_rows(OnlyV{});
+        ptx::cp_async_mbarrier_arrive_noinc(full_v_bar(stage));
+      } else {
+        copy_rows(Both{});
+        ptx::cp_async_mbarrier_arrive_noinc(full_bar(stage));
       }
-      ptx::cp_async_mbarrier_arrive_noinc(full_bar(stage));
       continue;
     }
     // A whole tile (p.kv_tma): warp 0's lanes issue its boxes to the TMA, one per page, KV
@@ -202,32 +230,45 @@ __device__ __forceinline__ void wgmma_load_kv(const PrefillParams& p, T* stages,
             ? static_cast<const T*>(p.tile_k) + scratch_tile(p, tile, kv_head, D) +
                   row_in * D + chunk * 8
             : nullptr;
+    auto gather_rows = [&](auto part) {
+      constexpr int kPart = decltype(part)::value;
 #pragma unroll
-    for (int i = 0; i < kTileKeys / kPass; ++i) {
-      const int key = key_r + kPass * i;
-      const bool valid = kPass * i < left;
-      // Past the tile's rows the copy reads 0 bytes (valid false); its address stays in the
-      // pool: one of the tile's pages, or page 0 from a lane past npages.
-      const int page = __shfl_sync(0xffffffffu, my_page, (key >> p.page_size_log2) - page0);
-      const std::int64_t off = static_cast<std::int64_t>(page) * p.page_stride +
-                               static_cast<std::int64_t>(key & slot_mask) * D + chunk * 8;
-      // Row r's swizzle phase (r % 8) is row_in's, so its offset is row_in's plus kPass i
-      // rows, a constant. Computed per row, ptxas kept eight offsets live across the loop and
-      // spilled them (11 local loads per tile in the RoPE build).
+      for (int i = 0; i < kTileKeys / kPass; ++i) {
+        const int key = key_r + kPass * i;
+        const bool valid = kPass * i < left;
+        // Past the tile's rows the copy reads 0 bytes (valid false); its address stays in the
+        // pool: one of the tile's pages, or page 0 from a lane past npages.
+        const int page = __shfl_sync(0xffffffffu, my_page, (key >> p.page_size_log2) - page0);
+        const std::int64_t off = static_cast<std::int64_t>(page) * p.page_stride +
+                                 static_cast<std::int64_t>(key & slot_mask) * D + chunk * 8;
+        // Row r's swizzle phase (r % 8) is row_in's, so its offset is row_in's plus kPass i
+        // rows, a constant. Computed per row, ptxas kept eight offsets live across the loop and
+        // spilled them (11 local loads per tile in the RoPE build).
 #pragma unroll
-      for (int sub = 0; sub < kSub; ++sub) {
-        const int at = at_row_in + blocked_swizzle<D, kTileKeys>(kPass * i, 0) + sub * kSubAt;
-        const std::int64_t off_s = off + sub * kSubElems;
-        if constexpr (kKv == KvTiles::kPositionedK) {
-          ptx::cp_async_16(ptx::smem_addr(ks + at), k_rows + kPass * i * D + sub * kSubElems,
-                           valid);
-        } else {
-          ptx::cp_async_16(ptx::smem_addr(ks + at), k_head + off_s, valid);
+        for (int sub = 0; sub < kSub; ++sub) {
+          const int at = at_row_in + blocked_swizzle<D, kTileKeys>(kPass * i, 0) + sub * kSubAt;
+          const std::int64_t off_s = off + sub * kSubElems;
+          if constexpr (kPart != 2) {
+            if constexpr (kKv == KvTiles::kPositionedK) {
+              ptx::cp_async_16(ptx::smem_addr(ks + at), k_rows + kPass * i * D + sub * kSubElems,
+                               valid);
+            } else {
+              ptx::cp_async_16(ptx::smem_addr(ks + at), k_head + off_s, valid);
+            }
+          }
+          if constexpr (kPart != 1) ptx::cp_async_16(ptx::smem_addr(vs + at), v_head + off_s, valid);
         }
-        ptx::cp_async_16(ptx::smem_addr(vs + at), v_head + off_s, valid);
       }
+    };
+    if constexpr (kSplitKV) {
+      gather_rows(OnlyK{});
+      between_k_and_v(it, stage);
+      gather_rows(OnlyV{});
+      ptx::cp_async_mbarrier_arrive_noinc(full_v_bar(stage));
+    } else {
+      gather_rows(Both{});
+      ptx::cp_async_mbarrier_arrive_noinc(full_bar(stage));
     }
-    ptx::cp_async_mbarrier_arrive_noinc(full_bar(stage));
   }
   if (kStagesShared && tile_end - tile_begin <= 2) hand_over();  // the loop did not reach 2
   ptx::cp_async_wait<0>();

@@ -54,6 +54,7 @@ struct WgmmaPrefillShape {
   static constexpr int kTurns = kCsSeg + 2 * (D / 2) * 8;   // [D / 2] Q0.64 angles per position
   // mbarriers full[stage] (the loading warpgroup's copies landed) and empty[stage] (both
   // computing warpgroups are done with the stage), after everything else.
+  static constexpr bool kSplitKV = false;  // a stage's K and V land and go back together
   static constexpr int kBars = kTurns + (D / 2) * 8;
   static constexpr int kSmemBytes = kBars + 2 * kWgmmaStages * 8;
   static_assert(kCsOff + 16 * (D / 2) * 8 <= kQRaw, "the cos/sin tables fit their V slot");
@@ -76,8 +77,13 @@ struct WgmmaPrefillShape<256> {
   static constexpr int kCsQ = kQOp + kPrefillRows * D * 2;
   static constexpr int kCsOff = kCsQ + 2 * 4 * (D / 2) * 8; // [16][D / 2] float2: R(0 .. 15)
   static constexpr int kTurns = kCsOff + 16 * (D / 2) * 8;  // [D / 2] Q0.64 angles per position
+  // With two stages, a stage released whole (after P V read its V) is refilled only when the
+  // next tile is already due, so the loads would not overlap the products. K and V of a stage
+  // land and go back apart instead (FlashAttention-3's two pipelines): full[stage] and
+  // empty[stage] are K's, full_v[stage] and empty_v[stage] after them V's.
+  static constexpr bool kSplitKV = true;
   static constexpr int kBars = kTurns + (D / 2) * 8;
-  static constexpr int kSmemBytes = kBars + 2 * kRing * 8;
+  static constexpr int kSmemBytes = kBars + 4 * kRing * 8;
   // The register-query builds' buffers, which this one compiles out (named for the pointers the
   // kernel takes of them).
   static constexpr int kQRaw = kQOp, kQPre = kQOp, kQFrag = kQOp, kCsSeg = kQOp;

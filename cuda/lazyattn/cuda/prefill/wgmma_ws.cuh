@@ -54,6 +54,8 @@ __global__ void __launch_bounds__(kWgmmaWsThreads, 1)
   constexpr int kThreads = kWgmmaPrefillThreads;
   constexpr bool kQSmem = Shape::kQInSmem;  // head dim 256
   constexpr int S = Shape::kRing;
+  // Head dim 256: K and V of a stage land and go back apart (WgmmaPrefillShape<256>).
+  constexpr bool kSplitKV = Shape::kSplitKV;
   constexpr int KSteps = D / 16;
   constexpr int kHalf = D / 2;  // the tables' row stride in pairs (rotary_dim <= D)
   // The loading warpgroup's registers: 24; 40 where it takes positioned K by the TMA (as raw
@@ -118,17 +120,26 @@ __global__ void __launch_bounds__(kWgmmaWsThreads, 1)
   const std::uint32_t ws_bars = ptx::smem_addr(smem + Shape::kBars);
   auto full_bar = [&](int stage) { return ws_bars + 8u * static_cast<unsigned>(stage); };
   auto empty_bar = [&](int stage) { return ws_bars + 8u * static_cast<unsigned>(S + stage); };
+  // kSplitKV: full_bar and empty_bar are K's; V's after them.
+  auto full_v_bar = [&](int stage) { return ws_bars + 8u * static_cast<unsigned>(2 * S + stage); };
+  auto empty_v_bar = [&](int stage) { return ws_bars + 8u * static_cast<unsigned>(3 * S + stage); };
   if (tid == 0) {
     for (int st = 0; st < S; ++st) {
       ptx::mbarrier_init(full_bar(st), 128);  // the loading threads' cp.async arrivals
-      ptx::mbarrier_init(empty_bar(st), 8);   // one per computing warp
+      // One per computing warp; kSplitKV: K's, one per computing thread (its arrival comes
+      // while P V is in flight, where a branch on the lane would make ptxas wait for P V).
+      ptx::mbarrier_init(empty_bar(st), kSplitKV ? kThreads : 8);
+      if constexpr (kSplitKV) {
+        ptx::mbarrier_init(full_v_bar(st), 128);
+        ptx::mbarrier_init(empty_v_bar(st), 8);
+      }
     }
     ptx::fence_barrier_init();
   }
   __syncthreads();
   if (tid >= kThreads) {
     ptx::setmaxnreg_dec<kLoadRegs>();
-    wgmma_load_kv<T, D, S, kKv, !kQSmem, kRope && !kOneSeg>(
+    wgmma_load_kv<T, D, S, kKv, !kQSmem, kRope && !kOneSeg, kSplitKV>(
         p, reinterpret_cast<T*>(smem + Shape::kStages), ws_bars, tid - kThreads, lane,
         tile_begin, tile_end, kv_head);
     return;
@@ -465,6 +476,13 @@ __global__ void __launch_bounds__(kWgmmaWsThreads, 1)
     ptx::mbarrier_wait(full_bar(it % S), static_cast<std::uint32_t>((it / S) & 1));
     ptx::fence_proxy_async_smem();
   };
+  // kSplitKV: wait_full is K(it)'s; V(it)'s apart (before P V over it, an iteration later).
+  auto wait_full_v = [&](int it) {
+    if constexpr (kSplitKV) {
+      ptx::mbarrier_wait(full_v_bar(it % S), static_cast<std::uint32_t>((it / S) & 1));
+      ptx::fence_proxy_async_smem();
+    }
+  };
   // Turns: warpgroup w issues after bar.sync 5 + w and hands over with
   // bar.arrive 6 - w (warpgroup 1 hands warpgroup 0 the first turn; warpgroup 0 takes one extra
   // turn at the end, so every arrival is waited for). `late`: warpgroup 1, a compile-time
@@ -499,6 +517,7 @@ __global__ void __launch_bounds__(kWgmmaWsThreads, 1)
     pass_turn(late);
     ptx::wgmma_wait<0>();
     ptx::fence_operands(s);
+    if constexpr (kSplitKV) ptx::mbarrier_arrive(empty_bar(0));  // K(tile_begin) is read
     float scale[2];
     softmax(r_cur, scale, std::true_type{});
     rescale_and_pack(scale);
@@ -519,6 +538,7 @@ __global__ void __launch_bounds__(kWgmmaWsThreads, 1)
       // One tile of the run; `masked` as softmax's.
       auto tile_step = [&](auto masked) {
         wait_full(it);
+        wait_full_v(it - 1);
         r_cur = r_next;
         r_next = r_n2;
         r_n2 = load_keys(tile + 2);
@@ -529,11 +549,16 @@ __global__ void __launch_bounds__(kWgmmaWsThreads, 1)
         pass_turn(late);
         ptx::wgmma_wait<1>();
         ptx::fence_operands(s);
+        // kSplitKV: K(tile) is read; its slot takes K(tile + 2) under this softmax and P V
+        // (every thread arrives: no branch while P V is in flight).
+        if constexpr (kSplitKV) ptx::mbarrier_arrive(empty_bar(it % S));
         softmax(r_cur, scale, masked);
         ptx::wgmma_wait<0>();
         fence_o();
-        // Stage it - 1 (K read by S(tile - 1), V by P V just now) is free for this warp.
-        if (lane == 0) ptx::mbarrier_arrive(empty_bar((it - 1) % S));
+        // Stage it - 1 (K read by S(tile - 1), V by P V just now) is free for this warp;
+        // kSplitKV: its V slot.
+        if (lane == 0)
+          ptx::mbarrier_arrive(kSplitKV ? empty_v_bar((it - 1) % S) : empty_bar((it - 1) % S));
         rescale_and_pack(scale);
       };
       // The body without the mask where every row sees the whole tile (faster than one masked
@@ -548,6 +573,7 @@ __global__ void __launch_bounds__(kWgmmaWsThreads, 1)
         else tile_step(std::true_type{});
       }
     }
+    wait_full_v(tile_end - 1 - tile_begin);
     issue_pv((tile_end - 1 - tile_begin) % S);  // the last tile's P V
     ptx::wgmma_wait<0>();
     fence_o();
