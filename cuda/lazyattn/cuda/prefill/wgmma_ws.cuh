@@ -4,7 +4,8 @@
 // (prefill/mma_sync.cuh). One CTA takes 128 query rows (GQA-packed) of one request and one KV
 // head. docs/06-cuda.md ("The Hopper kernel") describes it in full, with the measurements
 // behind each choice. In short:
-//  - Warpgroup 2 loads the K/V tiles through a ring of stages (prefill/wgmma_loader.cuh);
+//  - Warpgroup 2 loads the K/V tiles through a ring of stages (prefill/wgmma_loader.cuh; at
+//    head dim 256, two stages, K and V of a stage land and go back apart);
 //    positioned K (raw-form plans; local ones over segments at head dims 64 and 256) and fp8
 //    tiles come ready from a pass before the kernel (prefill/key_pass.cuh, fp8_tiles.cuh).
 //  - The query is wgmma's A operand from registers, rotated once per CTA to R(m) q in fp32
