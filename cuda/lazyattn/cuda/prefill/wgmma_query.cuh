@@ -80,7 +80,8 @@ struct WgmmaPrefillShape<256> {
   // With two stages, a stage released whole (after P V read its V) is refilled only when the
   // next tile is already due, so the loads would not overlap the products. K and V of a stage
   // land and go back apart instead (FlashAttention-3's two pipelines): full[stage] and
-  // empty[stage] are K's, full_v[stage] and empty_v[stage] after them V's.
+  // empty[stage] are K's, full_v[stage] and empty_v[stage] after them V's (the 16-bit builds;
+  // prefill_wgmma_kernel says why not over fp8 scratch tiles yet).
   static constexpr bool kSplitKV = true;
   static constexpr int kBars = kTurns + (D / 2) * 8;
   static constexpr int kSmemBytes = kBars + 4 * kRing * 8;

@@ -5,7 +5,7 @@
 // head. docs/06-cuda.md ("The Hopper kernel") describes it in full, with the measurements
 // behind each choice. In short:
 //  - Warpgroup 2 loads the K/V tiles through a ring of stages (prefill/wgmma_loader.cuh; at
-//    head dim 256, two stages, K and V of a stage land and go back apart);
+//    head dim 256, two stages, K and V of a 16-bit stage land and go back apart);
 //    positioned K (raw-form plans; local ones over segments at head dims 64 and 256) and fp8
 //    tiles come ready from a pass before the kernel (prefill/key_pass.cuh, fp8_tiles.cuh).
 //  - The query is wgmma's A operand from registers, rotated once per CTA to R(m) q in fp32
@@ -55,13 +55,11 @@ __global__ void __launch_bounds__(kWgmmaWsThreads, 1)
   constexpr int kThreads = kWgmmaPrefillThreads;
   constexpr bool kQSmem = Shape::kQInSmem;  // head dim 256
   constexpr int S = Shape::kRing;
-  // Head dim 256: K and V of a stage land and go back apart (WgmmaPrefillShape<256>). K's slot
-  // goes back as soon as S has read it (kEarlyK; every computing thread arrives, since a branch
-  // on the lane while P V is in flight would make ptxas wait for P V), except over fp8 scratch
-  // tiles, where returning it with V's, after P V, measured 2-3% faster (docs/performance.md,
+  // Head dim 256: K and V of a stage land and go back apart (WgmmaPrefillShape<256>), K's
+  // slot as soon as S has read it. Not yet over fp8 scratch tiles (kScratch), which keep the
+  // whole-stage ring until that build has passed its tests in this form (docs/performance.md,
   // "Head dim 256: K and V apart").
-  constexpr bool kSplitKV = Shape::kSplitKV;
-  constexpr bool kEarlyK = kSplitKV && kKv != KvTiles::kScratch;
+  constexpr bool kSplitKV = Shape::kSplitKV && kKv != KvTiles::kScratch;
   constexpr int KSteps = D / 16;
   constexpr int kHalf = D / 2;  // the tables' row stride in pairs (rotary_dim <= D)
   // The loading warpgroup's registers: 24; 40 where it takes positioned K by the TMA (as raw
@@ -132,8 +130,9 @@ __global__ void __launch_bounds__(kWgmmaWsThreads, 1)
   if (tid == 0) {
     for (int st = 0; st < S; ++st) {
       ptx::mbarrier_init(full_bar(st), 128);  // the loading threads' cp.async arrivals
-      // One per computing warp; kEarlyK: K's, one per computing thread.
-      ptx::mbarrier_init(empty_bar(st), kEarlyK ? kThreads : 8);
+      // One per computing warp; kSplitKV: K's, one per computing thread (its arrival comes
+      // while P V is in flight, where a branch on the lane would make ptxas wait for P V).
+      ptx::mbarrier_init(empty_bar(st), kSplitKV ? kThreads : 8);
       if constexpr (kSplitKV) {
         ptx::mbarrier_init(full_v_bar(st), 128);
         ptx::mbarrier_init(empty_v_bar(st), 8);
@@ -522,9 +521,7 @@ __global__ void __launch_bounds__(kWgmmaWsThreads, 1)
     pass_turn(late);
     ptx::wgmma_wait<0>();
     ptx::fence_operands(s);
-    // kSplitKV: K(tile_begin) is read.
-    if constexpr (kEarlyK) ptx::mbarrier_arrive(empty_bar(0));
-    else if (kSplitKV && lane == 0) ptx::mbarrier_arrive(empty_bar(0));
+    if constexpr (kSplitKV) ptx::mbarrier_arrive(empty_bar(0));  // K(tile_begin) is read
     float scale[2];
     softmax(r_cur, scale, std::true_type{});
     rescale_and_pack(scale);
@@ -556,17 +553,16 @@ __global__ void __launch_bounds__(kWgmmaWsThreads, 1)
         pass_turn(late);
         ptx::wgmma_wait<1>();
         ptx::fence_operands(s);
-        // kEarlyK: K(tile) is read; its slot takes K(tile + 2) under this softmax and P V.
-        if constexpr (kEarlyK) ptx::mbarrier_arrive(empty_bar(it % S));
+        // kSplitKV: K(tile) is read; its slot takes K(tile + 2) under this softmax and P V
+        // (every thread arrives: no branch while P V is in flight).
+        if constexpr (kSplitKV) ptx::mbarrier_arrive(empty_bar(it % S));
         softmax(r_cur, scale, masked);
         ptx::wgmma_wait<0>();
         fence_o();
         // Stage it - 1 (K read by S(tile - 1), V by P V just now) is free for this warp;
-        // kSplitKV: its V slot (and, not kEarlyK, K(tile)'s slot).
-        if (lane == 0) {
-          if constexpr (kSplitKV && !kEarlyK) ptx::mbarrier_arrive(empty_bar(it % S));
+        // kSplitKV: its V slot.
+        if (lane == 0)
           ptx::mbarrier_arrive(kSplitKV ? empty_v_bar((it - 1) % S) : empty_bar((it - 1) % S));
-        }
         rescale_and_pack(scale);
       };
       // The body without the mask where every row sees the whole tile (faster than one masked
