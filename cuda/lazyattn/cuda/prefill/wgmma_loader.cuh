@@ -55,10 +55,20 @@ __device__ __forceinline__ void wgmma_load_kv(const PrefillParams& p, T* stages,
   using Both = std::integral_constant<int, 0>;
   using OnlyK = std::integral_constant<int, 1>;
   using OnlyV = std::integral_constant<int, 2>;
-  // kSplitKV: K's copies signalled, then V's slot waited for (its release after P V).
-  auto between_k_and_v = [&](int it, int stage) {
-    ptx::cp_async_mbarrier_arrive_noinc(full_bar(stage));
-    if (it >= S) ptx::mbarrier_wait(empty_v_bar(stage), static_cast<std::uint32_t>((it / S - 1) & 1));
+  // A tile's copies by `rows` (a loop taking Both, OnlyK or OnlyV), signalled on the stage's
+  // barriers; kSplitKV: K's, then V's once its slot is back (its release after P V).
+  auto copy_tile = [&](auto&& rows, int it, int stage) {
+    if constexpr (kSplitKV) {
+      rows(OnlyK{});
+      ptx::cp_async_mbarrier_arrive_noinc(full_bar(stage));
+      if (it >= S)
+        ptx::mbarrier_wait(empty_v_bar(stage), static_cast<std::uint32_t>((it / S - 1) & 1));
+      rows(OnlyV{});
+      ptx::cp_async_mbarrier_arrive_noinc(full_v_bar(stage));
+    } else {
+      rows(Both{});
+      ptx::cp_async_mbarrier_arrive_noinc(full_bar(stage));
+    }
   };
   // The warpgroup copies kPass rows at a time (8 at head dims 128 and 256, 16 at 64: a multiple
   // of the swizzle's 8-row period), kRowThreads threads to a row. At 256 each thread copies
@@ -119,15 +129,7 @@ __device__ __forceinline__ void wgmma_load_kv(const PrefillParams& p, T* stages,
           }
         }
       };
-      if constexpr (kSplitKV) {
-        copy_rows(OnlyK{});
-        between_k_and_v(it, stage);
-        copy_rows(OnlyV{});
-        ptx::cp_async_mbarrier_arrive_noinc(full_v_bar(stage));
-      } else {
-        copy_rows(Both{});
-        ptx::cp_async_mbarrier_arrive_noinc(full_bar(stage));
-      }
+      copy_tile(copy_rows, it, stage);
       continue;
     }
     // A whole tile (p.kv_tma): warp 0's lanes issue its boxes to the TMA, one per page, KV
@@ -260,15 +262,7 @@ __device__ __forceinline__ void wgmma_load_kv(const PrefillParams& p, T* stages,
         }
       }
     };
-    if constexpr (kSplitKV) {
-      gather_rows(OnlyK{});
-      between_k_and_v(it, stage);
-      gather_rows(OnlyV{});
-      ptx::cp_async_mbarrier_arrive_noinc(full_v_bar(stage));
-    } else {
-      gather_rows(Both{});
-      ptx::cp_async_mbarrier_arrive_noinc(full_bar(stage));
-    }
+    copy_tile(gather_rows, it, stage);
   }
   if (kStagesShared && tile_end - tile_begin <= 2) hand_over();  // the loop did not reach 2
   ptx::cp_async_wait<0>();
