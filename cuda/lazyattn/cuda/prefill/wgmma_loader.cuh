@@ -14,6 +14,7 @@
 #include "lazyattn/cuda/mbarrier.cuh"
 #include "lazyattn/cuda/prefill/params.cuh"
 #include "lazyattn/cuda/prefill/key_pass.cuh"
+#include "lazyattn/cuda/prefill/wgmma_ring.cuh"
 #include "lazyattn/cuda/ptx.cuh"
 #include "lazyattn/cuda/tma.cuh"
 #include "lazyattn/cuda/wgmma.cuh"
@@ -22,11 +23,8 @@
 namespace lazyattn::cuda::detail {
 
 // Tiles [tile_begin, tile_end) of KV head kv_head into `stages` ([S][K, V][kTileKeys][D], the
-// blocked layout), by loading thread ltid of 128 (lane ltid % 32); the mbarriers full[stage] and
-// empty[stage] are the 8-byte words at bars + 8 stage and bars + 8 (S + stage).
-//  - kSplitKV (head dim 256, two stages; WgmmaPrefillShape): those are K's, and V has its own,
-//    full_v[stage] and empty_v[stage] at bars + 8 (2 S + stage) and bars + 8 (3 S + stage): a
-//    tile's K is copied once S of the tile two before has read its slot, its V once P V has.
+// blocked layout), by loading thread ltid of 128 (lane ltid % 32), handed over on `ring`'s
+// mbarriers (prefill/wgmma_ring.cuh; kSplitKV: K's and V's apart).
 //  - kKv (KvTiles): kPositionedK, every tile's K from the key pass's scratch
 //    (prefill/key_pass.cuh); kScratch, every tile's K and V from the fp8 pass's
 //    (prefill/fp8_tiles.cuh); either read after its pass's grid has completed (the launch may
@@ -42,15 +40,11 @@ inline constexpr bool kLoaderRunMaps = loader_run_maps(kKv, D);
 
 template <class T, int D, int S, KvTiles kKv, bool kStagesShared, bool kTablesBarrier,
           bool kSplitKV = false>
-__device__ __forceinline__ void wgmma_load_kv(const PrefillParams& p, T* stages, std::uint32_t bars,
-                                              int ltid, int lane, int tile_begin, int tile_end,
-                                              int kv_head) {
-  static_assert(!kSplitKV || D == 256, "K and V apart: the head-dim-256 builds (gather only)");
+__device__ __forceinline__ void wgmma_load_kv(const PrefillParams& p, T* stages,
+                                              WgmmaRing<S, kSplitKV> ring, int ltid, int lane,
+                                              int tile_begin, int tile_end, int kv_head) {
+  static_assert(!kSplitKV || D == 256, "K and V apart: the head-dim-256 builds (cp.async only)");
   const int lwarp = ltid >> 5;
-  auto full_bar = [&](int stage) { return bars + 8u * static_cast<unsigned>(stage); };
-  auto empty_bar = [&](int stage) { return bars + 8u * static_cast<unsigned>(S + stage); };
-  auto full_v_bar = [&](int stage) { return bars + 8u * static_cast<unsigned>(2 * S + stage); };
-  auto empty_v_bar = [&](int stage) { return bars + 8u * static_cast<unsigned>(3 * S + stage); };
   // Which of a tile's halves a copy loop issues: both (one stage's barriers), or K, or V.
   using Both = std::integral_constant<int, 0>;
   using OnlyK = std::integral_constant<int, 1>;
@@ -60,14 +54,13 @@ __device__ __forceinline__ void wgmma_load_kv(const PrefillParams& p, T* stages,
   auto copy_tile = [&](auto&& rows, int it, int stage) {
     if constexpr (kSplitKV) {
       rows(OnlyK{});
-      ptx::cp_async_mbarrier_arrive_noinc(full_bar(stage));
-      if (it >= S)
-        ptx::mbarrier_wait(empty_v_bar(stage), static_cast<std::uint32_t>((it / S - 1) & 1));
+      ptx::cp_async_mbarrier_arrive_noinc(ring.full(stage));
+      if (it >= S) ptx::mbarrier_wait(ring.empty_v(stage), ring.prior_phase(it));
       rows(OnlyV{});
-      ptx::cp_async_mbarrier_arrive_noinc(full_v_bar(stage));
+      ptx::cp_async_mbarrier_arrive_noinc(ring.full_v(stage));
     } else {
       rows(Both{});
-      ptx::cp_async_mbarrier_arrive_noinc(full_bar(stage));
+      ptx::cp_async_mbarrier_arrive_noinc(ring.full(stage));
     }
   };
   // The warpgroup copies kPass rows at a time (8 at head dims 128 and 256, 16 at 64: a multiple
@@ -105,7 +98,7 @@ __device__ __forceinline__ void wgmma_load_kv(const PrefillParams& p, T* stages,
   for (int tile = tile_begin, it = 0; tile < tile_end; ++tile, ++it) {
     const int stage = it % S;
     if (kStagesShared && it == 2) hand_over();
-    if (it >= S) ptx::mbarrier_wait(empty_bar(stage), static_cast<std::uint32_t>((it / S - 1) & 1));
+    if (it >= S) ptx::mbarrier_wait(ring.empty(stage), ring.prior_phase(it));
     const TileInfo ti = p.sched.tiles[tile];
     T* ks = stages + stage * 2 * kTileKeys * D;
     T* vs = ks + kTileKeys * D;
@@ -142,8 +135,8 @@ __device__ __forceinline__ void wgmma_load_kv(const PrefillParams& p, T* stages,
     if constexpr (kKv != KvTiles::kScratch && D != 256) {
       if (p.kv_tma && ti.rows == kTileKeys) {
         constexpr std::uint32_t kTileBytes = 2 * kTileKeys * D * sizeof(T);  // K and V
-        if (ltid == 0) ptx::mbarrier_arrive_expect_tx(full_bar(stage), kTileBytes);
-        else ptx::mbarrier_arrive(full_bar(stage));
+        if (ltid == 0) ptx::mbarrier_arrive_expect_tx(ring.full(stage), kTileBytes);
+        else ptx::mbarrier_arrive(ring.full(stage));
         constexpr bool k_scratch = kKv == KvTiles::kPositionedK;
         const int rows_log2 = p.page_size_log2 < 6 ? p.page_size_log2 : 6;
         if constexpr (kLoaderRunMaps<kKv, D>) {
@@ -162,9 +155,9 @@ __device__ __forceinline__ void wgmma_load_kv(const PrefillParams& p, T* stages,
                 __all_sync(0xffffffffu, lane >= npages || my_page == page0 + lane)) {
               if (lane < D / 64) {  // a run (page_size < 64, so slot 0)
                 const int at = lane * (kTileKeys * 64);
-                ptx::tma_load_4d(ptx::smem_addr(ks + at), &p.k_run_map, full_bar(stage),
+                ptx::tma_load_4d(ptx::smem_addr(ks + at), &p.k_run_map, ring.full(stage),
                                  64 * lane, 0, kv_head, page0);
-                ptx::tma_load_4d(ptx::smem_addr(vs + at), &p.v_run_map, full_bar(stage),
+                ptx::tma_load_4d(ptx::smem_addr(vs + at), &p.v_run_map, ring.full(stage),
                                  64 * lane, 0, kv_head, page0);
               }
             } else {
@@ -174,9 +167,9 @@ __device__ __forceinline__ void wgmma_load_kv(const PrefillParams& p, T* stages,
                 const int at =
                     col_block * (kTileKeys * 64) + ((lane / (D / 64)) << rows_log2) * 64;
                 const int slot0 = ti.key0 & slot_mask;  // 0 unless a page holds several tiles
-                ptx::tma_load_4d(ptx::smem_addr(ks + at), &p.k_map, full_bar(stage),
+                ptx::tma_load_4d(ptx::smem_addr(ks + at), &p.k_map, ring.full(stage),
                                  64 * col_block, slot0, kv_head, page);
-                ptx::tma_load_4d(ptx::smem_addr(vs + at), &p.v_map, full_bar(stage),
+                ptx::tma_load_4d(ptx::smem_addr(vs + at), &p.v_map, ring.full(stage),
                                  64 * col_block, slot0, kv_head, page);
               }
             }
@@ -191,9 +184,9 @@ __device__ __forceinline__ void wgmma_load_kv(const PrefillParams& p, T* stages,
             const int at = col_block * (kTileKeys * 64) + (page_in << rows_log2) * 64;
             const int slot0 = ti.key0 & slot_mask;  // 0 unless a page holds several tiles
             if constexpr (!k_scratch)
-              ptx::tma_load_4d(ptx::smem_addr(ks + at), &p.k_map, full_bar(stage),
+              ptx::tma_load_4d(ptx::smem_addr(ks + at), &p.k_map, ring.full(stage),
                                64 * col_block, slot0, kv_head, page);
-            ptx::tma_load_4d(ptx::smem_addr(vs + at), &p.v_map, full_bar(stage), 64 * col_block,
+            ptx::tma_load_4d(ptx::smem_addr(vs + at), &p.v_map, ring.full(stage), 64 * col_block,
                              slot0, kv_head, page);
           }
         }
@@ -201,7 +194,7 @@ __device__ __forceinline__ void wgmma_load_kv(const PrefillParams& p, T* stages,
           if (ltid >= 32 && ltid < 32 + D / 64) {  // warp 1: the scratch's K boxes
             const int col_block = ltid - 32;
             ptx::tma_load_2d(ptx::smem_addr(ks + col_block * (kTileKeys * 64)), &p.tile_k_map,
-                             full_bar(stage), 64 * col_block,
+                             ring.full(stage), 64 * col_block,
                              static_cast<int>(scratch_tile(p, tile, kv_head, D) / D));
           }
         }

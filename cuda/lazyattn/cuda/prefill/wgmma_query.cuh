@@ -12,6 +12,7 @@
 
 #include "lazyattn/cuda/kv_tile.cuh"
 #include "lazyattn/cuda/prefill/params.cuh"
+#include "lazyattn/cuda/prefill/wgmma_ring.cuh"
 #include "lazyattn/cuda/ptx.cuh"
 #include "lazyattn/cuda/rope.cuh"
 
@@ -56,7 +57,7 @@ struct WgmmaPrefillShape {
   // computing warpgroups are done with the stage), after everything else.
   static constexpr bool kSplitKV = false;  // a stage's K and V land and go back together
   static constexpr int kBars = kTurns + (D / 2) * 8;
-  static constexpr int kSmemBytes = kBars + 2 * kWgmmaStages * 8;
+  static constexpr int kSmemBytes = kBars + WgmmaRing<kRing, kSplitKV>::kBarriers * 8;
   static_assert(kCsOff + 16 * (D / 2) * 8 <= kQRaw, "the cos/sin tables fit their V slot");
   static_assert(kPrefillRows * D * 2 == 2 * kTileBytes, "the raw query fills one ring stage");
 };
@@ -79,12 +80,11 @@ struct WgmmaPrefillShape<256> {
   static constexpr int kTurns = kCsOff + 16 * (D / 2) * 8;  // [D / 2] Q0.64 angles per position
   // With two stages, a stage released whole (after P V read its V) is refilled only when the
   // next tile is already due, so the loads would not overlap the products. K and V of a stage
-  // land and go back apart instead (FlashAttention-3's two pipelines): full[stage] and
-  // empty[stage] are K's, full_v[stage] and empty_v[stage] after them V's (the 16-bit builds;
+  // land and go back apart instead (WgmmaRing's kSplitKV; the 16-bit builds:
   // prefill_wgmma_kernel says why not over fp8 scratch tiles yet).
   static constexpr bool kSplitKV = true;
   static constexpr int kBars = kTurns + (D / 2) * 8;
-  static constexpr int kSmemBytes = kBars + 4 * kRing * 8;
+  static constexpr int kSmemBytes = kBars + WgmmaRing<kRing, kSplitKV>::kBarriers * 8;
   // The register-query builds' buffers, which this one compiles out (named for the pointers the
   // kernel takes of them).
   static constexpr int kQRaw = kQOp, kQPre = kQOp, kQFrag = kQOp, kCsSeg = kQOp;

@@ -31,6 +31,7 @@
 #include "lazyattn/cuda/prefill/key_pass.cuh"
 #include "lazyattn/cuda/prefill/wgmma_loader.cuh"
 #include "lazyattn/cuda/prefill/wgmma_query.cuh"
+#include "lazyattn/cuda/prefill/wgmma_ring.cuh"
 #include "lazyattn/cuda/ptx.cuh"
 #include "lazyattn/cuda/rope.cuh"
 #include "lazyattn/cuda/softmax.cuh"
@@ -121,30 +122,16 @@ __global__ void __launch_bounds__(kWgmmaWsThreads, 1)
   cta_tile_range(p, b, max_visible_tail, tile_begin, tile_end);
 
   // ---- barriers; then warpgroup 2 loads the K/V ring and leaves ------------------------------
-  const std::uint32_t ws_bars = ptx::smem_addr(smem + Shape::kBars);
-  auto full_bar = [&](int stage) { return ws_bars + 8u * static_cast<unsigned>(stage); };
-  auto empty_bar = [&](int stage) { return ws_bars + 8u * static_cast<unsigned>(S + stage); };
-  // kSplitKV: full_bar and empty_bar are K's; V's after them.
-  auto full_v_bar = [&](int stage) { return ws_bars + 8u * static_cast<unsigned>(2 * S + stage); };
-  auto empty_v_bar = [&](int stage) { return ws_bars + 8u * static_cast<unsigned>(3 * S + stage); };
-  if (tid == 0) {
-    for (int st = 0; st < S; ++st) {
-      ptx::mbarrier_init(full_bar(st), 128);  // the loading threads' cp.async arrivals
-      // One per computing warp; kSplitKV: K's, one per computing thread (its arrival comes
-      // while P V is in flight, where a branch on the lane would make ptxas wait for P V).
-      ptx::mbarrier_init(empty_bar(st), kSplitKV ? kThreads : 8);
-      if constexpr (kSplitKV) {
-        ptx::mbarrier_init(full_v_bar(st), 128);
-        ptx::mbarrier_init(empty_v_bar(st), 8);
-      }
-    }
-    ptx::fence_barrier_init();
-  }
+  const WgmmaRing<S, kSplitKV> ring{ptx::smem_addr(smem + Shape::kBars)};
+  // A stage (kSplitKV: K's slot) goes back on one arrival per computing warp; kSplitKV, one per
+  // computing thread (its arrival comes while P V is in flight, where a branch on the lane would
+  // make ptxas wait for P V).
+  if (tid == 0) ring.init(kSplitKV ? kThreads : 8);
   __syncthreads();
   if (tid >= kThreads) {
     ptx::setmaxnreg_dec<kLoadRegs>();
     wgmma_load_kv<T, D, S, kKv, !kQSmem, kRope && !kOneSeg, kSplitKV>(
-        p, reinterpret_cast<T*>(smem + Shape::kStages), ws_bars, tid - kThreads, lane,
+        p, reinterpret_cast<T*>(smem + Shape::kStages), ring, tid - kThreads, lane,
         tile_begin, tile_end, kv_head);
     return;
   }
@@ -477,13 +464,13 @@ __global__ void __launch_bounds__(kWgmmaWsThreads, 1)
   // Iteration it's stage landed (the loading warpgroup's cp.async writes, seen by this thread's
   // wgmmas through the async proxy).
   auto wait_full = [&](int it) {
-    ptx::mbarrier_wait(full_bar(it % S), static_cast<std::uint32_t>((it / S) & 1));
+    ptx::mbarrier_wait(ring.full(it % S), ring.phase(it));
     ptx::fence_proxy_async_smem();
   };
   // kSplitKV: wait_full is K(it)'s; V(it)'s apart (before P V over it, an iteration later).
   auto wait_full_v = [&](int it) {
     if constexpr (kSplitKV) {
-      ptx::mbarrier_wait(full_v_bar(it % S), static_cast<std::uint32_t>((it / S) & 1));
+      ptx::mbarrier_wait(ring.full_v(it % S), ring.phase(it));
       ptx::fence_proxy_async_smem();
     }
   };
@@ -521,7 +508,7 @@ __global__ void __launch_bounds__(kWgmmaWsThreads, 1)
     pass_turn(late);
     ptx::wgmma_wait<0>();
     ptx::fence_operands(s);
-    if constexpr (kSplitKV) ptx::mbarrier_arrive(empty_bar(0));  // K(tile_begin) is read
+    if constexpr (kSplitKV) ptx::mbarrier_arrive(ring.empty(0));  // K(tile_begin) is read
     float scale[2];
     softmax(r_cur, scale, std::true_type{});
     rescale_and_pack(scale);
@@ -555,14 +542,14 @@ __global__ void __launch_bounds__(kWgmmaWsThreads, 1)
         ptx::fence_operands(s);
         // kSplitKV: K(tile) is read; its slot takes K(tile + 2) under this softmax and P V
         // (every thread arrives: no branch while P V is in flight).
-        if constexpr (kSplitKV) ptx::mbarrier_arrive(empty_bar(it % S));
+        if constexpr (kSplitKV) ptx::mbarrier_arrive(ring.empty(it % S));
         softmax(r_cur, scale, masked);
         ptx::wgmma_wait<0>();
         fence_o();
         // Stage it - 1 (K read by S(tile - 1), V by P V just now) is free for this warp;
         // kSplitKV: its V slot.
         if (lane == 0)
-          ptx::mbarrier_arrive(kSplitKV ? empty_v_bar((it - 1) % S) : empty_bar((it - 1) % S));
+          ptx::mbarrier_arrive(kSplitKV ? ring.empty_v((it - 1) % S) : ring.empty((it - 1) % S));
         rescale_and_pack(scale);
       };
       // The body without the mask where every row sees the whole tile (faster than one masked
