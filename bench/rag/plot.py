@@ -6,9 +6,13 @@ curves.
 
     python3 bench/rag/plot.py --out DIR --name PREFIX [--hit CACHE_SWEEP.json] RUN.json ...
 
-Points are grouped by (popularity, cached documents the budget holds); a rate measured twice for
-one mode keeps the later file's point. Needs matplotlib for the plots (Debian: python3-matplotlib);
-without it, the JSON and the table are still written.
+Each file is one run of lazyattn_rag_bench (its "points") or scripts/rag-gpu's merged sweep (its
+"runs"). Points are grouped by (popularity, the pool's element type, cached documents the budget
+holds); a rate measured twice for one mode keeps the later file's point. Runs with a warm-up
+(--warmup-requests) plot the throughput after it (throughput_steady_rps) and a third row: the hit
+ratio after the warm-up against the ideal cache of the same bytes on the same draws. Needs
+matplotlib for the plots (Debian: python3-matplotlib); without it, the JSON and the table are
+still written.
 """
 import argparse
 import json
@@ -26,19 +30,51 @@ def popularity(run):
     return f"Zipf {z:g}" if z > 0 else "uniform"
 
 
+def pool(run):
+    """The KV pool's element type and what differs from the defaults (LRU, 16 running requests),
+    as the group key and the titles name them (runs from before fp8 pools or eviction policies:
+    bf16, LRU)."""
+    kv = {"float8_e4m3": "fp8", "float16": "fp16"}.get(run.get("kv_dtype"), "bf16")
+    label = f"{kv} pool"
+    if run.get("eviction", "lru") != "lru":
+        label += ", " + run["eviction"].replace("_", " ").replace("lru", "LRU").replace("lfu", "LFU")
+    if run.get("max_batch", 16) != 16:
+        label += f", max batch {run['max_batch']}"
+    return label
+
+
 def load(paths):
-    """(popularity, capacity_docs) -> mode -> rate -> point, and the runs' headers."""
+    """(popularity, pool, capacity_docs, requests, warm-up) -> mode -> rate -> point, and the
+    runs' headers (requests 0 for runs without a warm-up)."""
     groups, headers = {}, []
     for path in paths:
         with open(path) as f:
-            run = json.load(f)
-        header = {k: v for k, v in run.items() if k != "points"}
-        header["file"] = os.path.basename(path)
-        headers.append(header)
-        for p in run["points"]:
-            key = (popularity(run), p["capacity_docs"])
-            groups.setdefault(key, {}).setdefault(p["mode"], {})[p["rate"]] = p
+            data = json.load(f)
+        for run in data["runs"] if "runs" in data else [data]:
+            header = {k: v for k, v in run.items() if k != "points"}
+            header["file"] = os.path.basename(path)
+            headers.append(header)
+            # Runs of other lengths or warm-ups are other groups (a warm run's hit ratio and
+            # throughput are over the requests after its warm-up).
+            warmup = run.get("warmup_requests", 0)
+            requests = run["workload"]["requests"] if warmup else 0
+            for p in run["points"]:
+                key = (popularity(run), pool(run), p["capacity_docs"], requests, warmup)
+                groups.setdefault(key, {}).setdefault(p["mode"], {})[p["rate"]] = p
     return groups, headers
+
+
+def warm(key):
+    """Whether the group's runs had a warm-up (then its throughput is the one after it)."""
+    return key[4] > 0
+
+
+def title(key):
+    pop, kv, cap, requests, warmup = key
+    t = f"{pop}, {kv}, {cap} cached docs"
+    if warmup:
+        t += f"\n{requests} requests, the first {warmup} a warm-up"
+    return t
 
 
 def fmt_s(x):
@@ -48,10 +84,10 @@ def fmt_s(x):
 def table(groups):
     """Markdown: per group, TTFT p50 / p90 and throughput by rate and mode, and lazy's ratios."""
     lines = []
-    for (pop, cap), modes in sorted(groups.items()):
+    for key, modes in sorted(groups.items()):
         present = [m for m in MODES if m in modes]
         rates = sorted({r for m in present for r in modes[m]})
-        lines.append(f"\n**{pop}, KV budget of {cap} cached documents**: median TTFT (p90) and "
+        lines.append(f"\n**{title(key).replace(chr(10), '; ')}**: median TTFT (p90) and "
                      "throughput in requests/s, by offered rate\n")
         head = "| rate | " + " | ".join(present)
         ratio = "lazy" in present and "block-attention" in present
@@ -90,9 +126,12 @@ def plot_rates(groups, out_png):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     keys = sorted(groups)
-    fig, axes = plt.subplots(2, len(keys), figsize=(4.6 * len(keys), 7.5), squeeze=False)
+    rows = 3 if any(warm(k) for k in keys) else 2
+    fig, axes = plt.subplots(rows, len(keys), figsize=(4.6 * len(keys), 3.75 * rows),
+                             squeeze=False)
     for col, key in enumerate(keys):
-        pop, cap = key
+        after = warm(key)
+        thr = "throughput_steady_rps" if after else "throughput_rps"
         for m in MODES:
             pts = groups[key].get(m)
             if not pts:
@@ -101,15 +140,28 @@ def plot_rates(groups, out_png):
             color, marker = STYLE[m]
             axes[0][col].plot(rates, [pts[r]["ttft_p50_s"] for r in rates], marker=marker,
                               color=color, label=m)
-            axes[1][col].plot(rates, [pts[r]["throughput_rps"] for r in rates], marker=marker,
-                              color=color, label=m)
+            axes[1][col].plot(rates, [pts[r].get(thr, pts[r]["throughput_rps"]) for r in rates],
+                              marker=marker, color=color, label=m)
+            if rows == 3:
+                axes[2][col].plot(rates, [pts[r]["hit_ratio"] for r in rates], marker=marker,
+                                  color=color, label=m)
         top = max(r for m in groups[key].values() for r in m)
         axes[1][col].plot([0, top], [0, top], color="black", lw=0.6, ls=":", label="offered")
         axes[0][col].set_yscale("log")
-        axes[0][col].set_title(f"{pop}, {cap} cached docs")
+        axes[0][col].set_title(title(key), fontsize=10)
         axes[0][col].set_ylabel("median TTFT (s)")
-        axes[1][col].set_ylabel("throughput (requests/s)")
-        for row in (0, 1):
+        axes[1][col].set_ylabel("throughput after the warm-up (requests/s)" if after
+                                else "throughput (requests/s)")
+        if rows == 3:
+            # The ideal cache of the same bytes on the same draws (the top documents by count).
+            ideal = [p["top_c_hit_ratio_same_draws"] for m in groups[key].values()
+                     for p in m.values() if "top_c_hit_ratio_same_draws" in p]
+            if ideal:
+                axes[2][col].axhline(max(ideal), color="black", lw=0.8, ls="--",
+                                     label="ideal, same bytes and draws")
+            axes[2][col].set_ylabel("document hit ratio" + (" after the warm-up" if after else ""))
+            axes[2][col].legend(fontsize=8)
+        for row in range(rows):
             axes[row][col].set_xlabel("arrival rate (requests/s)")
             axes[row][col].grid(alpha=0.3)
         axes[0][col].legend(fontsize=8)
@@ -163,9 +215,10 @@ def main():
     os.makedirs(a.out, exist_ok=True)
     groups, headers = load(a.runs)
     merged = {"runs": headers, "groups": [
-        {"popularity": pop, "capacity_docs": cap,
-         "points": [p for m in MODES for _, p in sorted(groups[(pop, cap)].get(m, {}).items())]}
-        for pop, cap in sorted(groups)]}
+        {"popularity": key[0], "pool": key[1], "capacity_docs": key[2], "requests": key[3],
+         "warmup_requests": key[4],
+         "points": [p for m in MODES for _, p in sorted(groups[key].get(m, {}).items())]}
+        for key in sorted(groups)]}
     with open(os.path.join(a.out, f"{a.name}.json"), "w") as f:
         json.dump(merged, f, indent=1)
     with open(os.path.join(a.out, f"{a.name}.md"), "w") as f:
