@@ -7,8 +7,9 @@ curves.
     python3 bench/rag/plot.py --out DIR --name PREFIX [--hit CACHE_SWEEP.json] RUN.json ...
 
 Each file is one run of lazyattn_rag_bench (its "points") or scripts/rag-gpu's merged sweep (its
-"runs"). Points are grouped by (popularity, the pool's element type, cached documents the budget
-holds); a rate measured twice for one mode keeps the later file's point. Runs with a warm-up
+"runs"). Points are grouped by popularity, pool (element type, and eviction and running-request
+limit where not the defaults), cached documents the budget holds, and run length and warm-up;
+a rate measured twice for one mode keeps the later file's point. Runs with a warm-up
 (--warmup-requests) plot the throughput after it (throughput_steady_rps) and a third row: the hit
 ratio after the warm-up against the ideal cache of the same bytes on the same draws. Needs
 matplotlib for the plots (Debian: python3-matplotlib); without it, the JSON and the table are
@@ -37,7 +38,8 @@ def pool(run):
     kv = {"float8_e4m3": "fp8", "float16": "fp16"}.get(run.get("kv_dtype"), "bf16")
     label = f"{kv} pool"
     if run.get("eviction", "lru") != "lru":
-        label += ", " + run["eviction"].replace("_", " ").replace("lru", "LRU").replace("lfu", "LFU")
+        label += ", " + {"segmented_lru": "segmented LRU", "lfu": "LFU"}.get(run["eviction"],
+                                                                           run["eviction"])
     if run.get("max_batch", 16) != 16:
         label += f", max batch {run['max_batch']}"
     return label

@@ -46,7 +46,7 @@ TEST_CASE("prefill over fp8 pools: within 2x the 16-bit eager error over the sam
     ScenarioSpec base = gpu::random_prefill_spec(seed);
     // The first three cases at head dims 256, 128 and 64, so that the sanitizers' short run
     // (--cuda-cases 6: three cases) reaches every tile shape of the Hopper kernel over fp8
-    // scratch tiles (at 256: K and V of a stage apart).
+    // scratch tiles.
     if (seed < 504) base.head_dim = std::array{256, 128, 64}[seed - 501];
     const Fp8Scenes sc(base);
     INFO(sc.fp8.spec << " queries " << to_string(sc.qdtype) << "\n" << sc.fp8.layout_text);
