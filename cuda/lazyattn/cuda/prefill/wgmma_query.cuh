@@ -80,8 +80,8 @@ struct WgmmaPrefillShape<256> {
   static constexpr int kTurns = kCsOff + 16 * (D / 2) * 8;  // [D / 2] Q0.64 angles per position
   // With two stages, a stage released whole (after P V read its V) is refilled only when the
   // next tile is already due, so the loads would not overlap the products. K and V of a stage
-  // land and go back apart instead (WgmmaRing's kSplitKV; the 16-bit builds:
-  // prefill_wgmma_kernel says why not over fp8 scratch tiles yet).
+  // land and go back apart instead (WgmmaRing's kSplitKV; prefill_wgmma_kernel says when K's
+  // slot goes back).
   static constexpr bool kSplitKV = true;
   static constexpr int kBars = kTurns + (D / 2) * 8;
   static constexpr int kSmemBytes = kBars + WgmmaRing<kRing, kSplitKV>::kBarriers * 8;

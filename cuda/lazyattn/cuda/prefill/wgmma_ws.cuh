@@ -56,11 +56,13 @@ __global__ void __launch_bounds__(kWgmmaWsThreads, 1)
   constexpr int kThreads = kWgmmaPrefillThreads;
   constexpr bool kQSmem = Shape::kQInSmem;  // head dim 256
   constexpr int S = Shape::kRing;
-  // Head dim 256: K and V of a stage land and go back apart (WgmmaPrefillShape<256>), K's
-  // slot as soon as S has read it. Not yet over fp8 scratch tiles (kScratch), which keep the
-  // whole-stage ring until that build has passed its tests in this form (docs/performance.md,
+  // Head dim 256: K and V of a stage land and go back apart (WgmmaPrefillShape<256>). K's slot
+  // goes back as soon as S has read it (kEarlyK; every computing thread arrives, since a branch
+  // on the lane while P V is in flight would make ptxas wait for P V), except over fp8 scratch
+  // tiles, where returning it with V's, after P V, measured 2-3% faster (docs/performance.md,
   // "Head dim 256: K and V apart").
-  constexpr bool kSplitKV = Shape::kSplitKV && kKv != KvTiles::kScratch;
+  constexpr bool kSplitKV = Shape::kSplitKV;
+  constexpr bool kEarlyK = kSplitKV && kKv != KvTiles::kScratch;
   constexpr int KSteps = D / 16;
   constexpr int kHalf = D / 2;  // the tables' row stride in pairs (rotary_dim <= D)
   // The loading warpgroup's registers: 24; 40 where it takes positioned K by the TMA (as raw
@@ -123,10 +125,9 @@ __global__ void __launch_bounds__(kWgmmaWsThreads, 1)
 
   // ---- barriers; then warpgroup 2 loads the K/V ring and leaves ------------------------------
   const WgmmaRing<S, kSplitKV> ring{ptx::smem_addr(smem + Shape::kBars)};
-  // A stage (kSplitKV: K's slot) goes back on one arrival per computing warp; kSplitKV, one per
-  // computing thread (its arrival comes while P V is in flight, where a branch on the lane would
-  // make ptxas wait for P V).
-  if (tid == 0) ring.init(kSplitKV ? kThreads : 8);
+  // A stage (kSplitKV: K's slot) goes back on one arrival per computing warp; kEarlyK, one per
+  // computing thread.
+  if (tid == 0) ring.init(kEarlyK ? kThreads : 8);
   __syncthreads();
   if (tid >= kThreads) {
     ptx::setmaxnreg_dec<kLoadRegs>();
@@ -508,7 +509,9 @@ __global__ void __launch_bounds__(kWgmmaWsThreads, 1)
     pass_turn(late);
     ptx::wgmma_wait<0>();
     ptx::fence_operands(s);
-    if constexpr (kSplitKV) ptx::mbarrier_arrive(ring.empty(0));  // K(tile_begin) is read
+    // kSplitKV: K(tile_begin) is read.
+    if constexpr (kEarlyK) ptx::mbarrier_arrive(ring.empty(0));
+    else if (kSplitKV && lane == 0) ptx::mbarrier_arrive(ring.empty(0));
     float scale[2];
     softmax(r_cur, scale, std::true_type{});
     rescale_and_pack(scale);
@@ -540,16 +543,17 @@ __global__ void __launch_bounds__(kWgmmaWsThreads, 1)
         pass_turn(late);
         ptx::wgmma_wait<1>();
         ptx::fence_operands(s);
-        // kSplitKV: K(tile) is read; its slot takes K(tile + 2) under this softmax and P V
-        // (every thread arrives: no branch while P V is in flight).
-        if constexpr (kSplitKV) ptx::mbarrier_arrive(ring.empty(it % S));
+        // kEarlyK: K(tile) is read; its slot takes K(tile + 2) under this softmax and P V.
+        if constexpr (kEarlyK) ptx::mbarrier_arrive(ring.empty(it % S));
         softmax(r_cur, scale, masked);
         ptx::wgmma_wait<0>();
         fence_o();
         // Stage it - 1 (K read by S(tile - 1), V by P V just now) is free for this warp;
-        // kSplitKV: its V slot.
-        if (lane == 0)
+        // kSplitKV: its V slot (and, not kEarlyK, K(tile)'s slot).
+        if (lane == 0) {
+          if constexpr (kSplitKV && !kEarlyK) ptx::mbarrier_arrive(ring.empty(it % S));
           ptx::mbarrier_arrive(kSplitKV ? ring.empty_v((it - 1) % S) : ring.empty((it - 1) % S));
+        }
         rescale_and_pack(scale);
       };
       // The body without the mask where every row sees the whole tile (faster than one masked
